@@ -1,0 +1,47 @@
+// Package paths turns the path strings that SDKs send into absolute paths
+// inside the sandbox, with E2B envd's rules: empty means the default workdir
+// (or home), "~" and "~/x" are the user's home, relative paths are joined to
+// the user's home (not the workdir), and the result is cleaned.
+package paths
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/moatsh/moat/internal/errdefs"
+)
+
+// MaxLen bounds the length of a path envd accepts (Linux PATH_MAX).
+const MaxLen = 4096
+
+// Resolve returns the absolute, cleaned form of p for a user whose home is
+// home; workdir is the default for an empty path ("" = home).
+func Resolve(p, home, workdir string) (string, error) {
+	if len(p) > MaxLen {
+		return "", fmt.Errorf("path too long (%d bytes): %w", len(p), errdefs.ErrInvalidArgument)
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", fmt.Errorf("path contains a NUL byte: %w", errdefs.ErrInvalidArgument)
+	}
+	if home == "" {
+		home = "/"
+	}
+	switch {
+	case p == "":
+		if workdir != "" {
+			return filepath.Clean(workdir), nil
+		}
+		return filepath.Clean(home), nil
+	case p == "~":
+		return filepath.Clean(home), nil
+	case strings.HasPrefix(p, "~/"):
+		return filepath.Join(home, p[2:]), nil
+	case strings.HasPrefix(p, "~"):
+		return "", fmt.Errorf("path %q: home directories of other users are not supported: %w", p, errdefs.ErrInvalidArgument)
+	case filepath.IsAbs(p):
+		return filepath.Clean(p), nil
+	default:
+		return filepath.Join(home, p), nil
+	}
+}

@@ -1,0 +1,114 @@
+// Package runtime is the seam between the orchestrator and the isolation
+// backends (container now; microVM and gVisor later). The orchestrator only
+// sees this interface; each backend lives in a subpackage and registers
+// itself by name.
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Spec describes a sandbox to create.
+type Spec struct {
+	ID         string // sandbox ID: lowercase alphanumeric; names every host object
+	TemplateID string
+	RootfsDir  string // read-only template root filesystem (lower layer)
+
+	VCPUs         int   // CPU limit in cores
+	MemoryMiB     int   // memory limit
+	DiskMiB       int   // writable layer limit (best effort on backends without quotas)
+	Pids          int   // process limit
+	AllowInternet bool  // egress beyond the host (never to the host or other sandboxes)
+	Hostname      string
+}
+
+// Handle is a running sandbox as a backend sees it.
+type Handle struct {
+	ID      string
+	Runtime string     // backend name
+	Addr    netip.Addr // address at which the host reaches the sandbox's ports (envd on 49983)
+	PID     int        // main process on the host (0 if unknown)
+}
+
+// Stats is a point-in-time resource reading.
+type Stats struct {
+	CPUUsageNs  uint64
+	MemoryBytes uint64
+	MemoryLimit uint64
+	Pids        uint64
+	Time        time.Time
+}
+
+// Runtime is implemented by every isolation backend. All methods are safe for
+// concurrent use with different IDs.
+type Runtime interface {
+	// Name is the registered name ("container", "vm", "gvisor").
+	Name() string
+	// Create starts a sandbox whose envd listens on Handle.Addr:49983.
+	Create(ctx context.Context, spec Spec) (*Handle, error)
+	// Kill stops the sandbox and frees every host object named after id.
+	// Killing an unknown or already-dead sandbox succeeds.
+	Kill(ctx context.Context, id string) error
+	// Pause stops the sandbox's processes, keeping its state.
+	Pause(ctx context.Context, id string) error
+	// Resume continues a paused sandbox.
+	Resume(ctx context.Context, id string) error
+	// Stats reads resource usage.
+	Stats(ctx context.Context, id string) (Stats, error)
+	// Alive reports whether the sandbox's processes still exist.
+	Alive(ctx context.Context, id string) bool
+	// Recover is called at server start with the IDs the store believes are
+	// live: it returns handles for those still alive and removes every host
+	// object of any other sandbox this backend ever created.
+	Recover(ctx context.Context, live []string) ([]*Handle, error)
+}
+
+// Constructor builds a backend; dataDir is the server's data directory.
+type Constructor func(ctx context.Context, cfg Config) (Runtime, error)
+
+// Config is what every backend gets from the server.
+type Config struct {
+	DataDir string
+	Logger  *slog.Logger
+}
+
+var (
+	regMu    sync.Mutex
+	registry = map[string]Constructor{}
+)
+
+// Register makes a backend available under name; called from init.
+func Register(name string, c Constructor) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	registry[name] = c
+}
+
+// New constructs the backend registered as name.
+func New(ctx context.Context, name string, cfg Config) (Runtime, error) {
+	regMu.Lock()
+	c, ok := registry[name]
+	regMu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("runtime %q is not available (have %v)", name, Names())
+	}
+	return c(ctx, cfg)
+}
+
+// Names lists the registered backends.
+func Names() []string {
+	regMu.Lock()
+	defer regMu.Unlock()
+	var out []string
+	for n := range registry {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
