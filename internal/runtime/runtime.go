@@ -20,11 +20,11 @@ type Spec struct {
 	TemplateID string
 	RootfsDir  string // read-only template root filesystem (lower layer)
 
-	VCPUs         int   // CPU limit in cores
-	MemoryMiB     int   // memory limit
-	DiskMiB       int   // writable layer limit (best effort on backends without quotas)
-	Pids          int   // process limit
-	AllowInternet bool  // egress beyond the host (never to the host or other sandboxes)
+	VCPUs         int  // CPU limit in cores
+	MemoryMiB     int  // memory limit
+	DiskMiB       int  // writable layer limit (best effort on backends without quotas)
+	Pids          int  // process limit
+	AllowInternet bool // egress beyond the host (never to the host or other sandboxes)
 	Hostname      string
 }
 

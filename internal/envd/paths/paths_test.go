@@ -12,7 +12,7 @@ import (
 func TestResolve(t *testing.T) {
 	tests := []struct {
 		p, home, workdir, want string
-		wantErr            bool
+		wantErr                bool
 	}{
 		{"", "/home/user", "", "/home/user", false},
 		{"", "/home/user", "/work", "/work", false},

@@ -6,10 +6,13 @@
 package users
 
 import (
+	"encoding/base64"
 	"fmt"
+	"net/http"
 	"os"
 	"os/user"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/moatsh/moat/internal/errdefs"
@@ -122,4 +125,40 @@ func NameOfGID(gid uint32) string {
 		return g.Name
 	}
 	return strconv.FormatUint(uint64(gid), 10)
+}
+
+// UsernameFromHeader returns the user an RPC selects with
+// "Authorization: Basic base64(<user>:)"; ok is false when the header is
+// absent (the default user applies). A malformed header is unauthenticated.
+func UsernameFromHeader(h http.Header) (name string, ok bool, err error) {
+	v := h.Get("Authorization")
+	if v == "" {
+		return "", false, nil
+	}
+	const prefix = "Basic "
+	if len(v) < len(prefix) || !strings.EqualFold(v[:len(prefix)], prefix) {
+		return "", false, fmt.Errorf("authorization header is not Basic: %w", errdefs.ErrUnauthenticated)
+	}
+	raw, derr := base64.StdEncoding.DecodeString(strings.TrimSpace(v[len(prefix):]))
+	if derr != nil {
+		return "", false, fmt.Errorf("authorization header: %v: %w", derr, errdefs.ErrUnauthenticated)
+	}
+	name, _, _ = strings.Cut(string(raw), ":")
+	if name == "" {
+		return "", false, fmt.Errorf("invalid username: '': %w", errdefs.ErrUnauthenticated)
+	}
+	return name, true, nil
+}
+
+// Select resolves the user of a request: the Basic-auth user if present,
+// else def.
+func (r *Resolver) Select(h http.Header, def string) (*User, error) {
+	name, ok, err := UsernameFromHeader(h)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		name = def
+	}
+	return r.Lookup(name)
 }
