@@ -24,15 +24,18 @@ func Resolve(p, home, workdir string) (string, error) {
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", fmt.Errorf("path contains a NUL byte: %w", errdefs.ErrInvalidArgument)
 	}
-	if home == "" {
-		home = "/"
-	}
+	// home and workdir come from configuration; anchor them so that a
+	// misconfigured relative value can never yield a relative result.
+	home = filepath.Join("/", home)
 	switch {
 	case p == "":
 		if workdir != "" {
+			if !filepath.IsAbs(workdir) {
+				return filepath.Join(home, workdir), nil
+			}
 			return filepath.Clean(workdir), nil
 		}
-		return filepath.Clean(home), nil
+		return home, nil
 	case p == "~":
 		return filepath.Clean(home), nil
 	case strings.HasPrefix(p, "~/"):

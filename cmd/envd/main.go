@@ -1,0 +1,112 @@
+// Command envd is Moat's in-sandbox agent, wire-compatible with E2B's envd:
+// it serves the process and filesystem Connect services and the plain HTTP
+// API on port 49983. Inside a container it is the entry process, so as PID 1
+// it re-executes itself as a child and reaps orphans. With --host it runs as
+// a plain process (for tests), mapping root and user to the current account.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/moatsh/moat/internal/envd/server"
+)
+
+// childEnv marks the re-executed child of a PID-1 envd.
+const childEnv = "ENVD_CHILD"
+
+type options struct {
+	port    int
+	addr    string
+	host    bool
+	home    string
+	verbose bool
+}
+
+func main() {
+	if os.Getpid() == 1 && os.Getenv(childEnv) == "" {
+		os.Exit(runInit())
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "envd:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("envd", flag.ContinueOnError)
+	fs.IntVar(&o.port, "port", server.DefaultPort, "port to listen on (all interfaces)")
+	fs.StringVar(&o.addr, "addr", "", "address to listen on, overriding --port (e.g. 127.0.0.1:0)")
+	fs.BoolVar(&o.host, "host", false, "host mode: run outside a sandbox; root and user are the current account")
+	fs.StringVar(&o.home, "home", "", "home directory of root and user in host mode (default: a new temporary directory)")
+	fs.BoolVar(&o.verbose, "verbose", false, "log debug messages")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return o, nil
+}
+
+func run() error {
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if o.verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if o.host && o.home == "" {
+		if o.home, err = os.MkdirTemp("", "envd-home-"); err != nil {
+			return fmt.Errorf("create home directory: %w", err)
+		}
+	}
+	addr := o.addr
+	if addr == "" {
+		addr = net.JoinHostPort("", strconv.Itoa(o.port))
+	}
+	srv, err := server.New(server.Config{
+		Addr: addr, HostMode: o.host, Home: o.home, Logger: log, Internal: internalEnv(),
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	fmt.Fprintf(os.Stderr, "envd listening on %s\n", ln.Addr())
+	log.Debug("envd started", "host", o.host, "home", o.home)
+	if err := srv.Serve(ctx, ln); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	log.Info("envd stopped")
+	return nil
+}
+
+// internalEnv returns the E2B_* variables every sandbox process sees.
+func internalEnv() map[string]string {
+	env := map[string]string{"E2B_SANDBOX": "true"}
+	if v := os.Getenv("MOAT_SANDBOX_ID"); v != "" {
+		env["E2B_SANDBOX_ID"] = v
+	}
+	if v := os.Getenv("MOAT_TEMPLATE_ID"); v != "" {
+		env["E2B_TEMPLATE_ID"] = v
+	}
+	return env
+}

@@ -1,0 +1,42 @@
+package main
+
+import "testing"
+
+func TestParseFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		want    options
+		wantErr bool
+	}{
+		{"defaults", nil, options{port: 49983}, false},
+		{"host", []string{"--host", "--addr", "127.0.0.1:0", "--home", "/h", "--verbose"},
+			options{port: 49983, addr: "127.0.0.1:0", host: true, home: "/h", verbose: true}, false},
+		{"port", []string{"--port", "1234"}, options{port: 1234}, false},
+		{"stray arg", []string{"x"}, options{}, true},
+		{"bad flag", []string{"--nope"}, options{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseFlags(tt.args)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v", err)
+			}
+			if err == nil && got != tt.want {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestInternalEnv(t *testing.T) {
+	t.Setenv("MOAT_SANDBOX_ID", "sbx")
+	t.Setenv("MOAT_TEMPLATE_ID", "")
+	env := internalEnv()
+	if env["E2B_SANDBOX"] != "true" || env["E2B_SANDBOX_ID"] != "sbx" {
+		t.Fatalf("env = %v", env)
+	}
+	if _, ok := env["E2B_TEMPLATE_ID"]; ok {
+		t.Fatalf("empty template id exported: %v", env)
+	}
+}

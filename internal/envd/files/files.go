@@ -1,0 +1,156 @@
+// Package files serves envd's plain-HTTP file transfer API, GET and POST
+// /files, which E2B SDKs use for files.read/files.write and signed
+// download/upload URLs. Transfers are streamed: neither direction holds a
+// whole file in memory.
+package files
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/moatsh/moat/internal/envd/paths"
+	"github.com/moatsh/moat/internal/envd/signature"
+	"github.com/moatsh/moat/internal/envd/state"
+	"github.com/moatsh/moat/internal/envd/users"
+	"github.com/moatsh/moat/internal/errdefs"
+)
+
+// ChownFunc gives a created file or directory to u.
+type ChownFunc func(path string, u *users.User) error
+
+// Config configures the handler.
+type Config struct {
+	State  *state.State
+	Users  *users.Resolver
+	Logger *slog.Logger
+	// Chown gives created files to their user (nil = os.Lchown).
+	Chown ChownFunc
+	// Now is the clock for signature expiry (nil = time.Now).
+	Now func() time.Time
+}
+
+// Handler serves GET and POST /files.
+type Handler struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns the /files handler.
+func New(cfg Config) *Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Chown == nil {
+		cfg.Chown = func(path string, u *users.User) error {
+			return os.Lchown(path, int(u.UID), int(u.GID))
+		}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Handler{cfg: cfg, log: cfg.Logger}
+}
+
+// ServeHTTP dispatches on the method.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		h.download(w, r)
+	case http.MethodPost:
+		h.upload(w, r)
+	default:
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		WriteError(w, http.StatusMethodNotAllowed, "method not allowed")
+	}
+}
+
+// authorize checks the access token header or, failing that, the signature
+// for operation. It follows E2B envd: a header that is present must match.
+func (h *Handler) authorize(r *http.Request, operation string) error {
+	token := h.cfg.State.AccessToken()
+	if token == "" {
+		return nil
+	}
+	if got := r.Header.Get("X-Access-Token"); got != "" {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			return fmt.Errorf("access token present in header but does not match: %w", errdefs.ErrUnauthenticated)
+		}
+		return nil
+	}
+	q := r.URL.Query()
+	return signature.Verify(q.Get("path"), operation, q.Get("username"), token,
+		q.Get("signature"), q.Get("signature_expiration"), h.cfg.Now())
+}
+
+// user resolves the username query parameter (absent = default user).
+func (h *Handler) user(r *http.Request) (*users.User, error) {
+	name := r.URL.Query().Get("username")
+	if !r.URL.Query().Has("username") || name == "" {
+		name = h.cfg.State.DefaultUser()
+	}
+	return h.cfg.Users.Lookup(name)
+}
+
+// resolve turns a request path into an absolute one for u.
+func (h *Handler) resolve(p string, u *users.User) (string, error) {
+	return paths.Resolve(p, u.Home, h.cfg.State.DefaultWorkdir())
+}
+
+// WriteError writes envd's JSON error body.
+func WriteError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]any{"code": code, "message": msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Del("Content-Disposition")
+	w.Header().Del("Content-Encoding")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeErr maps err's kind to a status and writes it.
+func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
+	code := StatusOf(err)
+	if code >= 500 {
+		h.log.Error("files request failed", "method", r.Method, "err", err)
+	} else {
+		h.log.Debug("files request rejected", "method", r.Method, "code", code, "err", err)
+	}
+	var se *signature.Error
+	msg := err.Error()
+	if errors.As(err, &se) {
+		msg = se.Error()
+	}
+	WriteError(w, code, msg)
+}
+
+// StatusOf maps an error to the HTTP status envd answers with.
+func StatusOf(err error) int {
+	switch {
+	case errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
+		return http.StatusInsufficientStorage
+	case errors.Is(err, errdefs.ErrUnauthenticated):
+		return http.StatusUnauthorized
+	case errors.Is(err, errdefs.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, errdefs.ErrInvalidArgument), errors.Is(err, errdefs.ErrConflict),
+		errors.Is(err, errdefs.ErrAlreadyExists), errors.Is(err, errdefs.ErrFailedPrecondition):
+		return http.StatusBadRequest
+	case errors.Is(err, errdefs.ErrPermissionDenied), errors.Is(err, os.ErrPermission):
+		return http.StatusForbidden
+	case errors.Is(err, errdefs.ErrResourceExhausted):
+		return http.StatusInsufficientStorage
+	case errors.Is(err, errdefs.ErrNotImplemented):
+		return http.StatusNotImplemented
+	default:
+		return http.StatusInternalServerError
+	}
+}
