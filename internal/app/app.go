@@ -1,0 +1,181 @@
+// Package app assembles `moat serve`: store, runtime, orchestrator, REST
+// API and sandbox proxy on one listener (HTTP/1.1 and h2c). cmd/moat only
+// parses flags and calls into this package; it also blank-imports the
+// runtime backends, which register themselves by name.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/moatsh/moat/internal/orchestrator"
+	"github.com/moatsh/moat/internal/proxy"
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/server"
+	"github.com/moatsh/moat/internal/store"
+)
+
+// Config is `moat serve`'s configuration. DataDir is required.
+type Config struct {
+	Addr       string        // listen address (default "127.0.0.1:3000")
+	DataDir    string        // holds moat.db and the runtime's state
+	Runtime    string        // backend name (default "container")
+	MaxTimeout time.Duration // longest sandbox lifetime (default 24 h)
+	Domain     string        // sandbox host domain for "{port}-{id}.{domain}" routing ("" = any)
+	Logger     *slog.Logger
+
+	Stdout, Stderr io.Writer // default os.Stdout / os.Stderr
+	EnvdPort       int       // envd's port in sandboxes (default 49983; tests change it)
+}
+
+// Validate fills defaults and checks required fields.
+func (c *Config) Validate() error {
+	if c.DataDir == "" {
+		return errors.New("app: DataDir is required")
+	}
+	if c.Addr == "" {
+		c.Addr = "127.0.0.1:3000"
+	}
+	if c.Runtime == "" {
+		c.Runtime = "container"
+	}
+	if c.MaxTimeout <= 0 {
+		c.MaxTimeout = orchestrator.DefaultMaxTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if c.Stdout == nil {
+		c.Stdout = os.Stdout
+	}
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
+	}
+	if c.EnvdPort == 0 {
+		c.EnvdPort = orchestrator.DefaultEnvdPort
+	}
+	return nil
+}
+
+// Serve runs the server until ctx is cancelled, then shuts down gracefully.
+// Sandboxes keep running across restarts; the next Serve adopts them.
+func Serve(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := cfg.Logger
+	db, err := openStore(ctx, cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	rt, err := runtime.New(ctx, cfg.Runtime, runtime.Config{DataDir: cfg.DataDir, Logger: log})
+	if err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	if c, ok := rt.(io.Closer); ok {
+		defer c.Close()
+	}
+	log.Info("using runtime", "runtime", rt.Name(), "available", runtime.Names())
+	orch, err := orchestrator.New(orchestrator.Config{Store: db, Runtime: rt, Logger: log,
+		MaxTimeout: cfg.MaxTimeout, EnvdPort: cfg.EnvdPort})
+	if err != nil {
+		return err
+	}
+	if err := orch.Recover(ctx); err != nil {
+		return err
+	}
+	if err := ensureAPIKey(ctx, db, cfg.Stdout); err != nil {
+		return err
+	}
+	runCtx, stopReaper := context.WithCancel(ctx)
+	defer stopReaper()
+	go orch.Run(runCtx)
+
+	api := server.New(server.Config{Store: db, Orch: orch, Logger: log})
+	px := proxy.New(proxy.Config{Resolver: orch, Domain: cfg.Domain, EnvdPort: cfg.EnvdPort, Logger: log})
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if px.Match(r) {
+				px.ServeHTTP(w, r)
+				return
+			}
+			api.ServeHTTP(w, r)
+		}),
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
+	}
+	fmt.Fprintf(cfg.Stderr, "moat listening on %s\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	log.Info("moat stopped")
+	return nil
+}
+
+func ensureAPIKey(ctx context.Context, db *store.DB, out io.Writer) error {
+	n, err := db.CountAPIKeys(ctx)
+	if err != nil || n > 0 {
+		return err
+	}
+	key, err := db.CreateAPIKey(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Created API key: %s\n", key)
+	return nil
+}
+
+func openStore(ctx context.Context, dataDir string) (*store.DB, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	return store.Open(ctx, filepath.Join(dataDir, "moat.db"))
+}
+
+// CreateAPIKey adds an API key to the store in dataDir and returns it.
+func CreateAPIKey(ctx context.Context, dataDir string) (string, error) {
+	db, err := openStore(ctx, dataDir)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	return db.CreateAPIKey(ctx)
+}
+
+// ListTemplates returns the templates in the store in dataDir.
+func ListTemplates(ctx context.Context, dataDir string) ([]store.Template, error) {
+	db, err := openStore(ctx, dataDir)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	return db.ListTemplates(ctx)
+}

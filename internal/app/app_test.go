@@ -1,0 +1,176 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/store"
+)
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func waitFor(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if f() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func start(t *testing.T, dir string, envdPort int) (base string, stdout *syncBuf, stop func()) {
+	t.Helper()
+	return startRuntime(t, dir, envdPort, "apptest")
+}
+
+func startRuntime(t *testing.T, dir string, envdPort int, rtName string) (base string, stdout *syncBuf, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout, stderr := &syncBuf{}, &syncBuf{}
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, Config{Addr: "127.0.0.1:0", DataDir: dir, Runtime: rtName, Stdout: stdout,
+			Stderr: stderr, EnvdPort: envdPort})
+	}()
+	re := regexp.MustCompile(`moat listening on (\S+)`)
+	waitFor(t, "listening line", func() bool { return re.MatchString(stderr.String()) })
+	base = "http://" + re.FindStringSubmatch(stderr.String())[1]
+	return base, stdout, func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("Serve did not stop")
+		}
+	}
+}
+
+func TestServeEndToEnd(t *testing.T) {
+	rt := orchestratortest.NewRuntime(t)
+	runtime.Register("apptest", func(context.Context, runtime.Config) (runtime.Runtime, error) { return rt, nil })
+	dir := t.TempDir()
+	ctx := context.Background()
+
+	base, stdout, stop := start(t, dir, rt.EnvdPort)
+	m := regexp.MustCompile(`Created API key: (e2b_[0-9a-f]{40})`).FindStringSubmatch(stdout.String())
+	if m == nil {
+		t.Fatalf("no key printed: %q", stdout.String())
+	}
+	key := m[1]
+	db, err := store.Open(ctx, filepath.Join(dir, "moat.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.UpsertTemplate(ctx, store.Template{Name: "base", RootfsDir: "/x"}); err != nil {
+		t.Fatal(err)
+	}
+
+	call := func(method, path, body string, hdr map[string]string) (int, []byte) {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("X-API-KEY", key)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.Bytes()
+	}
+	if code, _ := call("GET", "/health", "", nil); code != 200 {
+		t.Fatalf("health %d", code)
+	}
+	code, body := call("POST", "/v2/sandboxes", `{"templateID":"base"}`, nil)
+	if code != 201 {
+		t.Fatalf("create %d %s", code, body)
+	}
+	var sb struct{ SandboxID, EnvdAccessToken string }
+	json.Unmarshal(body, &sb)
+	route := map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": strconv.Itoa(rt.EnvdPort)}
+	if code, body := call("GET", "/health", "", route); code != 204 {
+		t.Fatalf("proxied envd health %d %s", code, body)
+	}
+	if code, _ := call("POST", "/init", "{}", route); code != 404 {
+		t.Fatalf("proxied /init %d", code)
+	}
+	stop()
+
+	// Restart: the sandbox is adopted, no second key is printed.
+	base, stdout, stop = start(t, dir, rt.EnvdPort)
+	defer stop()
+	if strings.Contains(stdout.String(), "Created API key") {
+		t.Fatal("second key created")
+	}
+	if code, body := call("GET", "/sandboxes/"+sb.SandboxID, "", nil); code != 200 {
+		t.Fatalf("after restart %d %s", code, body)
+	}
+	if code, _ := call("DELETE", "/sandboxes/"+sb.SandboxID, "", nil); code != 204 {
+		t.Fatalf("kill %d", code)
+	}
+	if code, body := call("GET", "/health", "", route); code != 502 || !strings.Contains(string(body), "The sandbox was not found") {
+		t.Fatalf("dead sandbox via proxy %d %s", code, body)
+	}
+}
+
+func TestCLIHelpers(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "data")
+	key, err := CreateAPIKey(ctx, dir)
+	if err != nil || !strings.HasPrefix(key, "e2b_") {
+		t.Fatalf("key %q %v", key, err)
+	}
+	ts, err := ListTemplates(ctx, dir)
+	if err != nil || len(ts) != 0 {
+		t.Fatalf("templates %v %v", ts, err)
+	}
+	if err := Serve(ctx, Config{}); err == nil {
+		t.Fatal("Serve without DataDir succeeded")
+	}
+	if err := Serve(ctx, Config{DataDir: dir, Runtime: "nope", Addr: "127.0.0.1:0"}); err == nil ||
+		!strings.Contains(err.Error(), "not available") {
+		t.Fatalf("unknown runtime: %v", err)
+	}
+}
+
+func TestServeSpeaksH2C(t *testing.T) {
+	rt := orchestratortest.NewRuntime(t)
+	runtime.Register("apptest-h2c", func(context.Context, runtime.Config) (runtime.Runtime, error) { return rt, nil })
+	base, _, stop := startRuntime(t, t.TempDir(), rt.EnvdPort, "apptest-h2c")
+	defer stop()
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	c := &http.Client{Transport: &http.Transport{Protocols: &p}}
+	resp, err := c.Get(base + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != 200 {
+		t.Fatalf("proto %s status %d", resp.Proto, resp.StatusCode)
+	}
+}

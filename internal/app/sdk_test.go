@@ -1,0 +1,55 @@
+package app
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/store"
+)
+
+// TestJSSDKControlPlane runs the official e2b npm SDK (test/e2e/node_modules)
+// against Serve with the fake runtime: every control-plane call the SDK
+// makes, with its own response checks and error mapping.
+func TestJSSDKControlPlane(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not on PATH: install Node.js >= 20 to run the SDK test")
+	}
+	mod, _ := filepath.Abs("../../test/e2e/node_modules/e2b")
+	if _, err := os.Stat(mod); err != nil {
+		t.Skip("e2b SDK not installed: run `npm ci` in test/e2e")
+	}
+	rt := orchestratortest.NewRuntime(t)
+	runtime.Register("apptest-sdk", func(context.Context, runtime.Config) (runtime.Runtime, error) { return rt, nil })
+	dir := t.TempDir()
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(dir, "moat.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.UpsertTemplate(ctx, store.Template{Name: "base", RootfsDir: "/x"}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	base, stdout, stop := startRuntime(t, dir, rt.EnvdPort, "apptest-sdk")
+	defer stop()
+	key := regexp.MustCompile(`e2b_[0-9a-f]{40}`).FindString(stdout.String())
+
+	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, node, "testdata/sdk_control_plane.cjs")
+	cmd.Env = append(os.Environ(), "E2B_MODULE="+mod, "E2B_API_URL="+base, "E2B_SANDBOX_URL="+base,
+		"E2B_API_KEY="+key, "E2B_DOMAIN=moat.test")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("SDK script: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}

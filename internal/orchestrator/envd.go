@@ -1,0 +1,102 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/moatsh/moat/internal/envd/state"
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/store"
+)
+
+// envdURL is the base URL of envd in the sandbox at addr.
+func (o *Orchestrator) envdURL(addr netip.Addr) string {
+	return "http://" + net.JoinHostPort(addr.String(), strconv.Itoa(o.cfg.EnvdPort))
+}
+
+// initEnvd waits for envd's /health to answer 204, then POSTs /init. It
+// returns only when envd has accepted the sandbox's settings, because the
+// SDKs call envd right after create returns.
+func (o *Orchestrator) initEnvd(ctx context.Context, addr netip.Addr, sb store.Sandbox) error {
+	ctx, cancel := context.WithTimeout(ctx, o.cfg.ReadyTimeout)
+	defer cancel()
+	if err := o.waitHealthy(ctx, sb.ID, addr); err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	in := state.Init{
+		EnvVars:        sb.EnvVars,
+		Timestamp:      &now,
+		DefaultUser:    "user",
+		DefaultWorkdir: "/home/user",
+		Internal: map[string]string{
+			"E2B_SANDBOX":     "true",
+			"E2B_SANDBOX_ID":  sb.ID,
+			"E2B_TEMPLATE_ID": sb.TemplateID,
+		},
+	}
+	if sb.Secure {
+		tok := sb.EnvdAccessToken
+		in.AccessToken = &tok
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("envd init: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.envdURL(addr)+"/init", bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("envd init: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := o.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("envd init: %v: %w", err, errdefs.ErrUnavailable)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("envd init: status %d: %s: %w", resp.StatusCode, bytes.TrimSpace(msg), errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// waitHealthy polls GET /health until 204, ctx's end, or the sandbox dies.
+func (o *Orchestrator) waitHealthy(ctx context.Context, id string, addr netip.Addr) error {
+	url := o.envdURL(addr) + "/health"
+	delay := 20 * time.Millisecond
+	var last error
+	for attempt := 0; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return fmt.Errorf("envd health: %w", err)
+		}
+		resp, err := o.http.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return nil
+			}
+			last = fmt.Errorf("status %d", resp.StatusCode)
+		} else {
+			last = err
+		}
+		if attempt%10 == 9 && !o.rt.Alive(ctx, id) {
+			return fmt.Errorf("sandbox exited before envd was ready (%v): %w", last, errdefs.ErrUnavailable)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("envd not ready after %s (%v): %w", o.cfg.ReadyTimeout, last, errdefs.ErrUnavailable)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 250*time.Millisecond)
+	}
+}

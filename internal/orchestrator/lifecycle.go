@@ -1,0 +1,192 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/store"
+)
+
+// Kill stops a sandbox (running or paused) and forgets it. ErrNotFound when
+// the ID is unknown; the runtime's Kill is idempotent underneath.
+func (o *Orchestrator) Kill(ctx context.Context, id string) error {
+	e, err := o.entryFor(id)
+	if err != nil {
+		return err
+	}
+	defer e.op.Unlock()
+	return o.killLocked(ctx, e, id)
+}
+
+func (o *Orchestrator) killLocked(ctx context.Context, e *entry, id string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
+	defer cancel()
+	if err := o.rt.Kill(ctx, id); err != nil {
+		return fmt.Errorf("kill sandbox %s: %w", id, err)
+	}
+	if err := o.db.DeleteSandbox(ctx, id); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	e.gone = true
+	delete(o.live, id)
+	o.mu.Unlock()
+	o.log.Info("sandbox killed", "sandboxID", id)
+	return nil
+}
+
+// Pause freezes a running sandbox. ErrConflict when it is not running.
+func (o *Orchestrator) Pause(ctx context.Context, id string) error {
+	e, err := o.entryFor(id)
+	if err != nil {
+		return err
+	}
+	defer e.op.Unlock()
+	return o.pauseLocked(ctx, e)
+}
+
+func (o *Orchestrator) pauseLocked(ctx context.Context, e *entry) error {
+	sb := o.snapshot(e)
+	if sb.State != store.StateRunning {
+		return fmt.Errorf("sandbox %s cannot be paused while in '%s' state: %w", sb.ID, sb.State, errdefs.ErrConflict)
+	}
+	o.setState(e, store.StatePausing)
+	if err := o.rt.Pause(context.WithoutCancel(ctx), sb.ID); err != nil {
+		o.setState(e, store.StateRunning)
+		return fmt.Errorf("pause sandbox %s: %w", sb.ID, err)
+	}
+	sb.State = store.StatePaused
+	sb.EndAt = time.Now().UTC()
+	if err := o.commit(ctx, e, sb); err != nil {
+		return err
+	}
+	o.log.Info("sandbox paused", "sandboxID", sb.ID)
+	return nil
+}
+
+// Resume continues a paused sandbox with a new timeout. ErrConflict when it
+// is not paused.
+func (o *Orchestrator) Resume(ctx context.Context, id string, timeout time.Duration) (store.Sandbox, error) {
+	if err := o.checkTimeout(timeout); err != nil {
+		return store.Sandbox{}, err
+	}
+	e, err := o.entryFor(id)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	defer e.op.Unlock()
+	sb := o.snapshot(e)
+	if sb.State != store.StatePaused {
+		if sb.State == store.StateRunning {
+			return sb, fmt.Errorf("Sandbox %s is already running: %w", id, errdefs.ErrConflict)
+		}
+		return sb, fmt.Errorf("sandbox %s cannot be resumed while in '%s' state: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	return o.resumeLocked(ctx, e, sb, timeout)
+}
+
+func (o *Orchestrator) resumeLocked(ctx context.Context, e *entry, sb store.Sandbox, timeout time.Duration) (store.Sandbox, error) {
+	o.setState(e, store.StateResuming)
+	if err := o.rt.Resume(context.WithoutCancel(ctx), sb.ID); err != nil {
+		o.setState(e, store.StatePaused)
+		return sb, fmt.Errorf("resume sandbox %s: %w", sb.ID, err)
+	}
+	// A resumed sandbox is a new run: its lifetime limit starts again.
+	sb.State = store.StateRunning
+	sb.StartedAt = time.Now().UTC()
+	sb.EndAt = o.capEnd(sb, sb.StartedAt.Add(timeout))
+	if err := o.commit(ctx, e, sb); err != nil {
+		return sb, err
+	}
+	o.log.Info("sandbox resumed", "sandboxID", sb.ID)
+	return sb, nil
+}
+
+// Connect extends a running sandbox's timeout (never shortening it) or
+// resumes a paused one; resumed reports which happened (201 vs 200).
+func (o *Orchestrator) Connect(ctx context.Context, id string, timeout time.Duration) (sb store.Sandbox, resumed bool, err error) {
+	if err := o.checkTimeout(timeout); err != nil {
+		return store.Sandbox{}, false, err
+	}
+	e, err := o.entryFor(id)
+	if err != nil {
+		return store.Sandbox{}, false, err
+	}
+	defer e.op.Unlock()
+	sb = o.snapshot(e)
+	switch sb.State {
+	case store.StateRunning:
+		sb, err = o.extendLocked(ctx, e, sb, timeout)
+		return sb, false, err
+	case store.StatePaused:
+		sb, err = o.resumeLocked(ctx, e, sb, timeout)
+		return sb, err == nil, err
+	default:
+		return sb, false, fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrConflict)
+	}
+}
+
+// Refresh extends a running sandbox's timeout by d (at least 15 s).
+func (o *Orchestrator) Refresh(ctx context.Context, id string, d time.Duration) error {
+	d = max(d, 15*time.Second)
+	e, err := o.entryFor(id)
+	if err != nil {
+		return err
+	}
+	defer e.op.Unlock()
+	sb := o.snapshot(e)
+	if sb.State != store.StateRunning {
+		return fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	_, err = o.extendLocked(ctx, e, sb, d)
+	return err
+}
+
+// SetTimeout sets a running sandbox's end to now+d; it may shorten it.
+// d == 0 expires it at once.
+func (o *Orchestrator) SetTimeout(ctx context.Context, id string, d time.Duration) error {
+	if d > o.cfg.MaxTimeout {
+		return fmt.Errorf("Timeout cannot be greater than %s: %w", fmtHours(o.cfg.MaxTimeout), errdefs.ErrInvalidArgument)
+	}
+	d = max(d, 0)
+	e, err := o.entryFor(id)
+	if err != nil {
+		return err
+	}
+	defer e.op.Unlock()
+	sb := o.snapshot(e)
+	if sb.State != store.StateRunning {
+		return fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	if time.Since(sb.StartedAt) >= o.cfg.MaxTimeout {
+		return fmt.Errorf("Max instance length exceeded: %w", errdefs.ErrInvalidArgument)
+	}
+	sb.EndAt = o.capEnd(sb, time.Now().Add(d))
+	return o.commit(ctx, e, sb)
+}
+
+func (o *Orchestrator) extendLocked(ctx context.Context, e *entry, sb store.Sandbox, d time.Duration) (store.Sandbox, error) {
+	end := o.capEnd(sb, time.Now().Add(d))
+	if !end.After(sb.EndAt) {
+		return sb, nil
+	}
+	sb.EndAt = end
+	err := o.commit(ctx, e, sb)
+	return sb, err
+}
+
+// capEnd limits an end time to StartedAt + MaxTimeout.
+func (o *Orchestrator) capEnd(sb store.Sandbox, end time.Time) time.Time {
+	if limit := sb.StartedAt.Add(o.cfg.MaxTimeout); end.After(limit) {
+		end = limit
+	}
+	return end.UTC()
+}
+
+func (o *Orchestrator) setState(e *entry, st string) {
+	o.mu.Lock()
+	e.sb.State = st
+	o.mu.Unlock()
+}

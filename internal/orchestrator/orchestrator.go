@@ -1,0 +1,316 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/store"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultTimeout      = 300 * time.Second
+	DefaultMaxTimeout   = 24 * time.Hour
+	DefaultVCPUs        = 2
+	DefaultMemoryMiB    = 512
+	DefaultPids         = 1024
+	DefaultDiskMiB      = 2048
+	DefaultEnvdPort     = 49983
+	DefaultReadyTimeout = 30 * time.Second
+	killTimeout         = 30 * time.Second
+)
+
+// Config is what the orchestrator needs; Store and Runtime are required.
+type Config struct {
+	Store   *store.DB
+	Runtime runtime.Runtime
+	Logger  *slog.Logger
+
+	MaxTimeout   time.Duration // longest lifetime of a sandbox (default 24 h)
+	MaxVCPUs     int           // per-sandbox ceilings (0 = no ceiling)
+	MaxMemoryMiB int
+	MaxDiskMiB   int
+
+	EnvdPort     int           // envd's port inside the sandbox (default 49983; tests change it)
+	ReadyTimeout time.Duration // how long Create waits for envd (default 30 s)
+	HTTPClient   *http.Client  // for envd /health and /init
+}
+
+// CreateRequest is a validated create call.
+type CreateRequest struct {
+	Template      string // template ID or name
+	Timeout       time.Duration
+	Metadata      map[string]string
+	EnvVars       map[string]string
+	Secure        bool // issue an envd access token
+	AllowInternet bool
+	AutoPause     bool
+}
+
+// Metric is one resource reading of a running sandbox.
+type Metric struct {
+	Time       time.Time
+	CPUCount   int
+	CPUUsedPct float64
+	MemUsed    uint64
+	MemTotal   uint64
+	MemCache   uint64
+	DiskUsed   uint64
+	DiskTotal  uint64
+}
+
+// Orchestrator is safe for concurrent use.
+type Orchestrator struct {
+	cfg  Config
+	db   *store.DB
+	rt   runtime.Runtime
+	log  *slog.Logger
+	http *http.Client
+
+	mu   sync.RWMutex
+	live map[string]*entry // guarded by mu; only running/paused (and transitional) sandboxes
+}
+
+// entry is one live sandbox.
+type entry struct {
+	op sync.Mutex // serialises lifecycle operations on this sandbox
+
+	// guarded by Orchestrator.mu
+	sb      store.Sandbox
+	addr    netip.Addr
+	gone    bool
+	reaping bool
+	lastCPU uint64
+	lastAt  time.Time
+}
+
+// New returns an orchestrator. Call Recover once, then run Run in a goroutine.
+func New(cfg Config) (*Orchestrator, error) {
+	if cfg.Store == nil || cfg.Runtime == nil {
+		return nil, fmt.Errorf("orchestrator: store and runtime are required: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxTimeout <= 0 {
+		cfg.MaxTimeout = DefaultMaxTimeout
+	}
+	if cfg.EnvdPort == 0 {
+		cfg.EnvdPort = DefaultEnvdPort
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = DefaultReadyTimeout
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second}
+	}
+	return &Orchestrator{cfg: cfg, db: cfg.Store, rt: cfg.Runtime, log: cfg.Logger,
+		http: cfg.HTTPClient, live: map[string]*entry{}}, nil
+}
+
+// MaxTimeout is the longest lifetime a sandbox may be given.
+func (o *Orchestrator) MaxTimeout() time.Duration { return o.cfg.MaxTimeout }
+
+// RuntimeName is the backend in use.
+func (o *Orchestrator) RuntimeName() string { return o.rt.Name() }
+
+// Create starts a sandbox and returns once envd inside it is initialised.
+// Errors: ErrNotFound (template), ErrInvalidArgument (timeout, limits),
+// ErrUnavailable (envd never became ready), or the runtime's error.
+func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.Sandbox, retErr error) {
+	if err := o.checkTimeout(req.Timeout); err != nil {
+		return store.Sandbox{}, err
+	}
+	tpl, err := o.db.GetTemplate(ctx, req.Template)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return store.Sandbox{}, fmt.Errorf("template '%s' not found: %w", req.Template, errdefs.ErrNotFound)
+		}
+		return store.Sandbox{}, err
+	}
+	if tpl.Runtime != "" && tpl.Runtime != o.rt.Name() {
+		o.log.Warn("template asks for another runtime; using the server's", "template", tpl.Name,
+			"want", tpl.Runtime, "have", o.rt.Name())
+	}
+	spec, err := o.spec(tpl, req)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	sb := store.Sandbox{ID: spec.ID, TemplateID: tpl.ID, Alias: tpl.Name, State: store.StateRunning,
+		Runtime: o.rt.Name(), Metadata: req.Metadata, EnvVars: req.EnvVars, Secure: req.Secure,
+		AllowInternet: req.AllowInternet, AutoPause: req.AutoPause, CPUCount: spec.VCPUs,
+		MemoryMB: spec.MemoryMiB, DiskSizeMB: spec.DiskMiB}
+	if req.Secure {
+		sb.EnvdAccessToken = randomHex(32)
+	}
+	log := o.log.With("sandboxID", sb.ID, "template", tpl.Name)
+	defer func() {
+		if retErr != nil {
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
+			defer cancel()
+			if err := o.rt.Kill(kctx, sb.ID); err != nil {
+				log.Error("cleanup after failed create", "err", err)
+			}
+			_ = o.db.DeleteSandbox(kctx, sb.ID)
+			log.Warn("create failed", "err", retErr)
+		}
+	}()
+	h, err := o.rt.Create(ctx, spec)
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+	}
+	sb.Addr = h.Addr.String()
+	if err := o.initEnvd(ctx, h.Addr, sb); err != nil {
+		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+	}
+	sb.StartedAt = time.Now().UTC()
+	sb.EndAt = sb.StartedAt.Add(req.Timeout)
+	if err := o.db.InsertSandbox(ctx, sb); err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := o.db.MarkTemplateSpawned(ctx, tpl.ID, sb.StartedAt); err != nil {
+		log.Warn("spawn statistics", "err", err)
+	}
+	o.mu.Lock()
+	o.live[sb.ID] = &entry{sb: sb, addr: h.Addr}
+	o.mu.Unlock()
+	log.Info("sandbox created", "addr", sb.Addr, "runtime", o.rt.Name())
+	return sb, nil
+}
+
+func (o *Orchestrator) checkTimeout(d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("Timeout must be greater than 0: %w", errdefs.ErrInvalidArgument)
+	}
+	if d > o.cfg.MaxTimeout {
+		return fmt.Errorf("Timeout cannot be greater than %s: %w", fmtHours(o.cfg.MaxTimeout), errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func fmtHours(d time.Duration) string {
+	if d%time.Hour == 0 {
+		return fmt.Sprintf("%d hours", int(d/time.Hour))
+	}
+	return d.String()
+}
+
+func (o *Orchestrator) spec(tpl store.Template, req CreateRequest) (runtime.Spec, error) {
+	s := runtime.Spec{ID: "i" + randomID(20), TemplateID: tpl.ID, RootfsDir: tpl.RootfsDir,
+		VCPUs: DefaultVCPUs, MemoryMiB: DefaultMemoryMiB, DiskMiB: DefaultDiskMiB, Pids: DefaultPids,
+		AllowInternet: req.AllowInternet, Hostname: "e2b"}
+	if tpl.CPUCount > 0 {
+		s.VCPUs = tpl.CPUCount
+	}
+	if tpl.MemoryMB > 0 {
+		s.MemoryMiB = tpl.MemoryMB
+	}
+	if tpl.DiskSizeMB > 0 {
+		s.DiskMiB = tpl.DiskSizeMB
+	}
+	for _, l := range []struct {
+		name     string
+		val, max int
+	}{{"cpuCount", s.VCPUs, o.cfg.MaxVCPUs}, {"memoryMB", s.MemoryMiB, o.cfg.MaxMemoryMiB}, {"diskSizeMB", s.DiskMiB, o.cfg.MaxDiskMiB}} {
+		if l.max > 0 && l.val > l.max {
+			return s, fmt.Errorf("template %s: %s %d exceeds the server maximum %d: %w",
+				tpl.Name, l.name, l.val, l.max, errdefs.ErrInvalidArgument)
+		}
+	}
+	return s, nil
+}
+
+// Get returns a live sandbox; ErrNotFound when it is unknown or killed.
+func (o *Orchestrator) Get(ctx context.Context, id string) (store.Sandbox, error) {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	e, ok := o.live[id]
+	if !ok {
+		return store.Sandbox{}, errNotFound(id)
+	}
+	return e.sb, nil
+}
+
+// List returns sandboxes from the store.
+func (o *Orchestrator) List(ctx context.Context, f store.SandboxFilter) ([]store.Sandbox, error) {
+	return o.db.ListSandboxes(ctx, f)
+}
+
+// Lookup is the proxy's cheap route: the host address of a live sandbox,
+// its envd access token and its state. ok is false for unknown sandboxes.
+func (o *Orchestrator) Lookup(id string) (addr netip.Addr, token, state string, ok bool) {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	e, found := o.live[id]
+	if !found || e.gone {
+		return netip.Addr{}, "", "", false
+	}
+	return e.addr, e.sb.EnvdAccessToken, e.sb.State, true
+}
+
+func errNotFound(id string) error {
+	return fmt.Errorf("Sandbox \"%s\" doesn't exist or you don't have access to it: %w", id, errdefs.ErrNotFound)
+}
+
+// entryFor returns the live entry with its op lock held; the caller unlocks.
+func (o *Orchestrator) entryFor(id string) (*entry, error) {
+	o.mu.RLock()
+	e, ok := o.live[id]
+	o.mu.RUnlock()
+	if !ok {
+		return nil, errNotFound(id)
+	}
+	e.op.Lock()
+	o.mu.RLock()
+	gone := e.gone
+	o.mu.RUnlock()
+	if gone {
+		e.op.Unlock()
+		return nil, errNotFound(id)
+	}
+	return e, nil
+}
+
+// snapshot reads e's record under mu.
+func (o *Orchestrator) snapshot(e *entry) store.Sandbox {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return e.sb
+}
+
+// commit persists sb and mirrors it in memory. Caller holds e.op.
+func (o *Orchestrator) commit(ctx context.Context, e *entry, sb store.Sandbox) error {
+	if err := o.db.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	e.sb = sb
+	o.mu.Unlock()
+	return nil
+}
+
+const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+func randomID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
+	}
+	return string(b)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,363 @@
+package orchestrator_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"regexp"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/orchestrator"
+	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/store"
+)
+
+func create(t *testing.T, env *orchestratortest.Env, req orchestrator.CreateRequest) store.Sandbox {
+	t.Helper()
+	if req.Template == "" {
+		req.Template = "base"
+	}
+	if req.Timeout == 0 {
+		req.Timeout = time.Minute
+	}
+	sb, err := env.Orch.Create(context.Background(), req)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	return sb
+}
+
+func TestCreate(t *testing.T) {
+	env := orchestratortest.New(t, orchestrator.Config{})
+	sb := create(t, env, orchestrator.CreateRequest{Secure: true, EnvVars: map[string]string{"A": "1"},
+		Metadata: map[string]string{"m": "v"}})
+	if !regexp.MustCompile(`^i[a-z0-9]{20}$`).MatchString(sb.ID) {
+		t.Fatalf("id %q", sb.ID)
+	}
+	if sb.State != store.StateRunning || sb.TemplateID != "tplbase" || sb.Alias != "base" || sb.EnvdAccessToken == "" {
+		t.Fatalf("sandbox %+v", sb)
+	}
+	if sb.CPUCount != 2 || sb.MemoryMB != 512 || sb.DiskSizeMB != 1024 {
+		t.Fatalf("limits %+v", sb)
+	}
+	in, ok := env.Runtime.Init(sb.ID)
+	if !ok {
+		t.Fatal("envd /init not called")
+	}
+	if in.AccessToken == nil || *in.AccessToken != sb.EnvdAccessToken || in.DefaultUser != "user" ||
+		in.DefaultWorkdir != "/home/user" || in.EnvVars["A"] != "1" || in.Timestamp == nil ||
+		in.Internal["E2B_SANDBOX_ID"] != sb.ID || in.Internal["E2B_TEMPLATE_ID"] != "tplbase" {
+		t.Fatalf("init %+v", in)
+	}
+	addr, tok, st, ok := env.Orch.Lookup(sb.ID)
+	if !ok || addr.String() != "127.0.0.1" || tok != sb.EnvdAccessToken || st != store.StateRunning {
+		t.Fatalf("lookup %v %q %q %v", addr, tok, st, ok)
+	}
+	row, err := env.DB.GetSandbox(context.Background(), sb.ID)
+	if err != nil || row.Metadata["m"] != "v" {
+		t.Fatalf("row %+v %v", row, err)
+	}
+	tpl, _ := env.DB.GetTemplate(context.Background(), "base")
+	if tpl.SpawnCount != 1 {
+		t.Fatalf("spawn count %d", tpl.SpawnCount)
+	}
+	insecure := create(t, env, orchestrator.CreateRequest{})
+	if in, _ := env.Runtime.Init(insecure.ID); in.AccessToken != nil || insecure.EnvdAccessToken != "" {
+		t.Fatalf("insecure sandbox got a token")
+	}
+}
+
+func TestCreateFailures(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(*orchestratortest.Runtime)
+		req   orchestrator.CreateRequest
+		kind  error
+		ranRt bool
+	}{
+		{"unknown template", nil, orchestrator.CreateRequest{Template: "nope", Timeout: time.Minute}, errdefs.ErrNotFound, false},
+		{"zero timeout", nil, orchestrator.CreateRequest{Template: "base"}, errdefs.ErrInvalidArgument, false},
+		{"timeout too long", nil, orchestrator.CreateRequest{Template: "base", Timeout: 25 * time.Hour}, errdefs.ErrInvalidArgument, false},
+		{"runtime create fails", func(r *orchestratortest.Runtime) {
+			r.CreateF = func(runtime.Spec) error { return errdefs.ErrResourceExhausted }
+		}, orchestrator.CreateRequest{Template: "base", Timeout: time.Minute}, errdefs.ErrResourceExhausted, true},
+		{"envd never healthy", func(r *orchestratortest.Runtime) { r.SetHealthy(false) },
+			orchestrator.CreateRequest{Template: "base", Timeout: time.Minute}, errdefs.ErrUnavailable, true},
+		{"envd init fails", func(r *orchestratortest.Runtime) { r.SetInitStatus(http.StatusInternalServerError) },
+			orchestrator.CreateRequest{Template: "base", Timeout: time.Minute}, errdefs.ErrUnavailable, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := orchestratortest.New(t, orchestrator.Config{ReadyTimeout: 500 * time.Millisecond})
+			if tt.setup != nil {
+				tt.setup(env.Runtime)
+			}
+			_, err := env.Orch.Create(context.Background(), tt.req)
+			if !errors.Is(err, tt.kind) {
+				t.Fatalf("err = %v, want %v", err, tt.kind)
+			}
+			if got := len(env.Runtime.Killed()) > 0; got != tt.ranRt {
+				t.Fatalf("runtime kill called = %v, want %v", got, tt.ranRt)
+			}
+			if env.Runtime.Count() != 0 {
+				t.Fatal("runtime sandbox leaked")
+			}
+			rows, _ := env.DB.ListSandboxes(context.Background(), store.SandboxFilter{})
+			if len(rows) != 0 {
+				t.Fatalf("rows left: %+v", rows)
+			}
+		})
+	}
+}
+
+func TestCreateLimitsAboveMax(t *testing.T) {
+	env := orchestratortest.New(t, orchestrator.Config{MaxMemoryMiB: 256})
+	_, err := env.Orch.Create(context.Background(), orchestrator.CreateRequest{Template: "base", Timeout: time.Minute})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestPauseResumeConnect(t *testing.T) {
+	ctx := context.Background()
+	env := orchestratortest.New(t, orchestrator.Config{})
+	o := env.Orch
+	sb := create(t, env, orchestrator.CreateRequest{})
+
+	if _, err := o.Resume(ctx, sb.ID, time.Minute); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("resume running: %v", err)
+	}
+	if _, resumed, err := o.Connect(ctx, sb.ID, time.Minute); err != nil || resumed {
+		t.Fatalf("connect running: %v %v", resumed, err)
+	}
+	if err := o.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if env.Runtime.State(sb.ID) != "paused" {
+		t.Fatal("runtime not paused")
+	}
+	if err := o.Pause(ctx, sb.ID); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("pause paused: %v", err)
+	}
+	if err := o.SetTimeout(ctx, sb.ID, time.Minute); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("timeout paused: %v", err)
+	}
+	if _, _, st, _ := o.Lookup(sb.ID); st != store.StatePaused {
+		t.Fatalf("lookup state %q", st)
+	}
+	got, resumed, err := o.Connect(ctx, sb.ID, 2*time.Minute)
+	if err != nil || !resumed || got.State != store.StateRunning {
+		t.Fatalf("connect paused: %+v %v %v", got, resumed, err)
+	}
+	if err := o.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := o.Resume(ctx, sb.ID, time.Minute); err != nil || got.State != store.StateRunning {
+		t.Fatalf("resume: %v", err)
+	}
+	for _, f := range []func() error{
+		func() error { return o.Pause(ctx, "inope") },
+		func() error { _, err := o.Resume(ctx, "inope", time.Minute); return err },
+		func() error { _, _, err := o.Connect(ctx, "inope", time.Minute); return err },
+		func() error { return o.SetTimeout(ctx, "inope", time.Minute) },
+		func() error { return o.Refresh(ctx, "inope", time.Minute) },
+		func() error { return o.Kill(ctx, "inope") },
+		func() error { _, err := o.Metrics(ctx, "inope"); return err },
+		func() error { _, err := o.Get(ctx, "inope"); return err },
+	} {
+		if err := f(); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("unknown id: %v", err)
+		}
+	}
+}
+
+func TestPauseFailureKeepsRunning(t *testing.T) {
+	env := orchestratortest.New(t, orchestrator.Config{})
+	env.Runtime.PauseF = func(string) error { return errdefs.ErrNotImplemented }
+	sb := create(t, env, orchestrator.CreateRequest{})
+	if err := env.Orch.Pause(context.Background(), sb.ID); !errors.Is(err, errdefs.ErrNotImplemented) {
+		t.Fatalf("err %v", err)
+	}
+	if got, _ := env.Orch.Get(context.Background(), sb.ID); got.State != store.StateRunning {
+		t.Fatalf("state %q", got.State)
+	}
+}
+
+func TestTimeouts(t *testing.T) {
+	ctx := context.Background()
+	env := orchestratortest.New(t, orchestrator.Config{MaxTimeout: time.Hour})
+	o := env.Orch
+	sb := create(t, env, orchestrator.CreateRequest{Timeout: 10 * time.Minute})
+
+	// Connect and Refresh never shorten.
+	if got, _, err := o.Connect(ctx, sb.ID, time.Minute); err != nil || !got.EndAt.Equal(sb.EndAt) {
+		t.Fatalf("connect shortened: %v → %v (%v)", sb.EndAt, got.EndAt, err)
+	}
+	if err := o.Refresh(ctx, sb.ID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := o.Get(ctx, sb.ID); !got.EndAt.Equal(sb.EndAt) {
+		t.Fatal("refresh shortened")
+	}
+	// Extend is capped at StartedAt + MaxTimeout.
+	if got, _, _ := o.Connect(ctx, sb.ID, time.Hour); got.EndAt.After(sb.StartedAt.Add(time.Hour)) {
+		t.Fatalf("end %v beyond max", got.EndAt)
+	}
+	if err := o.SetTimeout(ctx, sb.ID, 2*time.Hour); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("set too long: %v", err)
+	}
+	// SetTimeout shortens.
+	if err := o.SetTimeout(ctx, sb.ID, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := o.Get(ctx, sb.ID); got.EndAt.After(time.Now().Add(31 * time.Second)) {
+		t.Fatalf("not shortened: %v", got.EndAt)
+	}
+	row, _ := env.DB.GetSandbox(ctx, sb.ID)
+	if row.EndAt.After(time.Now().Add(31 * time.Second)) {
+		t.Fatal("store not updated")
+	}
+}
+
+func TestReaper(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := orchestratortest.New(t, orchestrator.Config{})
+	o := env.Orch
+	go o.Run(ctx)
+	killMe := create(t, env, orchestrator.CreateRequest{Timeout: time.Second})
+	pauseMe := create(t, env, orchestrator.CreateRequest{Timeout: time.Second, AutoPause: true})
+	keep := create(t, env, orchestrator.CreateRequest{Timeout: time.Minute})
+	deadline := time.Now().Add(2500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		_, errKill := o.Get(ctx, killMe.ID)
+		p, _ := o.Get(ctx, pauseMe.ID)
+		if errdefs.IsNotFound(errKill) && p.State == store.StatePaused {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := o.Get(ctx, killMe.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("expired sandbox not killed: %v", err)
+	}
+	if !slices.Contains(env.Runtime.Killed(), killMe.ID) {
+		t.Fatal("runtime kill not called")
+	}
+	if p, _ := o.Get(ctx, pauseMe.ID); p.State != store.StatePaused || env.Runtime.State(pauseMe.ID) != "paused" {
+		t.Fatalf("autoPause sandbox: %+v", p)
+	}
+	if k, _ := o.Get(ctx, keep.ID); k.State != store.StateRunning {
+		t.Fatal("live sandbox touched")
+	}
+	if _, err := env.DB.GetSandbox(ctx, killMe.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("row left: %v", err)
+	}
+}
+
+func TestKill(t *testing.T) {
+	ctx := context.Background()
+	env := orchestratortest.New(t, orchestrator.Config{})
+	running := create(t, env, orchestrator.CreateRequest{})
+	paused := create(t, env, orchestrator.CreateRequest{})
+	if err := env.Orch.Pause(ctx, paused.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{running.ID, paused.ID} {
+		if err := env.Orch.Kill(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Orch.Kill(ctx, id); !errdefs.IsNotFound(err) {
+			t.Fatalf("second kill: %v", err)
+		}
+		if _, _, _, ok := env.Orch.Lookup(id); ok {
+			t.Fatal("still routable")
+		}
+	}
+	if env.Runtime.Count() != 0 {
+		t.Fatal("runtime leaked")
+	}
+}
+
+func TestRecover(t *testing.T) {
+	ctx := context.Background()
+	env := orchestratortest.New(t, orchestrator.Config{})
+	alive := create(t, env, orchestrator.CreateRequest{})
+	paused := create(t, env, orchestrator.CreateRequest{})
+	if err := env.Orch.Pause(ctx, paused.ID); err != nil {
+		t.Fatal(err)
+	}
+	dead := create(t, env, orchestrator.CreateRequest{})
+	_ = env.Runtime.Kill(ctx, dead.ID) // died while the server was down
+
+	o2, err := orchestrator.New(orchestrator.Config{Store: env.DB, Runtime: env.Runtime, EnvdPort: env.Runtime.EnvdPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, st, ok := o2.Lookup(alive.ID); !ok || st != store.StateRunning {
+		t.Fatal("alive not adopted")
+	}
+	if _, _, st, ok := o2.Lookup(paused.ID); !ok || st != store.StatePaused {
+		t.Fatal("paused not adopted")
+	}
+	if _, _, _, ok := o2.Lookup(dead.ID); ok {
+		t.Fatal("dead adopted")
+	}
+	if _, err := env.DB.GetSandbox(ctx, dead.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("dead row kept: %v", err)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	ctx := context.Background()
+	env := orchestratortest.New(t, orchestrator.Config{})
+	sb := create(t, env, orchestrator.CreateRequest{})
+	ms, err := env.Orch.Metrics(ctx, sb.ID)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("metrics %v %v", ms, err)
+	}
+	m := ms[0]
+	if m.CPUCount != 2 || m.MemTotal != 512<<20 || m.MemUsed == 0 || m.DiskTotal != 1024<<20 || m.CPUUsedPct < 0 || m.CPUUsedPct > 100 {
+		t.Fatalf("metric %+v", m)
+	}
+	_ = env.Orch.Pause(ctx, sb.ID)
+	if ms, err := env.Orch.Metrics(ctx, sb.ID); err != nil || len(ms) != 0 {
+		t.Fatalf("paused metrics %v %v", ms, err)
+	}
+}
+
+func TestRecoverRuntimeErrors(t *testing.T) {
+	ctx := context.Background()
+	env := orchestratortest.New(t, orchestrator.Config{})
+	sb := create(t, env, orchestrator.CreateRequest{})
+	env.Runtime.RecoverErr = errors.New("could not remove a leftover")
+	fresh := func() *orchestrator.Orchestrator {
+		o, err := orchestrator.New(orchestrator.Config{Store: env.DB, Runtime: env.Runtime, EnvdPort: env.Runtime.EnvdPort})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	// Partial failure: the live sandbox is still adopted.
+	o := fresh()
+	if err := o.Recover(ctx); err != nil {
+		t.Fatalf("partial failure stopped recovery: %v", err)
+	}
+	if _, _, _, ok := o.Lookup(sb.ID); !ok {
+		t.Fatal("not adopted")
+	}
+	// Total failure with live rows: abort rather than forget them.
+	_ = env.Runtime.Kill(ctx, sb.ID)
+	if err := fresh().Recover(ctx); err == nil {
+		t.Fatal("recovery with no handles and an error succeeded")
+	}
+	if _, err := env.DB.GetSandbox(ctx, sb.ID); err != nil {
+		t.Fatalf("row dropped on failed recovery: %v", err)
+	}
+}

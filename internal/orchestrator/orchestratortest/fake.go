@@ -1,0 +1,231 @@
+// Package orchestratortest provides a fake runtime and an in-process envd
+// stub so that the orchestrator, the REST server and the app can be tested
+// without root, containers or VMs.
+package orchestratortest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moatsh/moat/internal/envd/state"
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/orchestrator"
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/store"
+)
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// Runtime is a fake backend: sandboxes are map entries whose "envd" is one
+// shared httptest server on 127.0.0.1. Function fields inject failures.
+type Runtime struct {
+	Envd     *httptest.Server
+	EnvdPort int
+
+	CreateF func(spec runtime.Spec) error // non-nil error fails Create
+	PauseF  func(id string) error
+	// RecoverErr is returned by Recover together with its handles.
+	RecoverErr error
+
+	mu       sync.Mutex
+	sandbox  map[string]string // id → state ("running", "paused"); guarded by mu
+	inits    map[string]state.Init
+	killed   []string
+	healthOK bool
+	initCode int
+}
+
+// NewRuntime starts the envd stub; it is closed when the test ends.
+func NewRuntime(t testing.TB) *Runtime {
+	t.Helper()
+	r := &Runtime{sandbox: map[string]string{}, inits: map[string]state.Init{}, healthOK: true, initCode: http.StatusNoContent}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		r.mu.Lock()
+		ok := r.healthOK
+		r.mu.Unlock()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /init", func(w http.ResponseWriter, req *http.Request) {
+		var in state.Init
+		if err := json.NewDecoder(req.Body).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		r.inits[in.Internal["E2B_SANDBOX_ID"]] = in
+		code := r.initCode
+		r.mu.Unlock()
+		w.WriteHeader(code)
+	})
+	r.Envd = httptest.NewServer(mux)
+	t.Cleanup(r.Envd.Close)
+	_, port, _ := net.SplitHostPort(r.Envd.Listener.Addr().String())
+	r.EnvdPort, _ = strconv.Atoi(port)
+	return r
+}
+
+// SetHealthy makes /health answer 204 (true) or 503 (false).
+func (r *Runtime) SetHealthy(ok bool) { r.mu.Lock(); r.healthOK = ok; r.mu.Unlock() }
+
+// SetInitStatus sets the status /init answers.
+func (r *Runtime) SetInitStatus(code int) { r.mu.Lock(); r.initCode = code; r.mu.Unlock() }
+
+// Init returns the /init body envd received for id.
+func (r *Runtime) Init(id string) (state.Init, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	in, ok := r.inits[id]
+	return in, ok
+}
+
+// State returns the fake sandbox's state ("" when it does not exist).
+func (r *Runtime) State(id string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sandbox[id]
+}
+
+// Killed lists every id Kill was called with.
+func (r *Runtime) Killed() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.killed...)
+}
+
+// Count is the number of existing fake sandboxes.
+func (r *Runtime) Count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sandbox)
+}
+
+func (r *Runtime) Name() string { return "fake" }
+
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (*runtime.Handle, error) {
+	if r.CreateF != nil {
+		if err := r.CreateF(spec); err != nil {
+			return nil, err
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sandbox[spec.ID] = "running"
+	return &runtime.Handle{ID: spec.ID, Runtime: "fake", Addr: netip.MustParseAddr("127.0.0.1")}, nil
+}
+
+func (r *Runtime) Kill(ctx context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.killed = append(r.killed, id)
+	delete(r.sandbox, id)
+	return nil
+}
+
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	if r.PauseF != nil {
+		if err := r.PauseF(id); err != nil {
+			return err
+		}
+	}
+	return r.transition(id, "running", "paused")
+}
+
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	return r.transition(id, "paused", "running")
+}
+
+func (r *Runtime) transition(id, from, to string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sandbox[id] != from {
+		return fmt.Errorf("fake sandbox %s is %q, not %s: %w", id, r.sandbox[id], from, errdefs.ErrFailedPrecondition)
+	}
+	r.sandbox[id] = to
+	return nil
+}
+
+func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.sandbox[id]; !ok {
+		return runtime.Stats{}, fmt.Errorf("fake sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	now := time.Now()
+	return runtime.Stats{CPUUsageNs: uint64(now.UnixNano() / 10), MemoryBytes: 64 << 20, MemoryLimit: 512 << 20, Pids: 3, Time: now}, nil
+}
+
+func (r *Runtime) Alive(ctx context.Context, id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.sandbox[id]
+	return ok
+}
+
+// Recover keeps the live ids it knows and drops the rest.
+func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keep := map[string]bool{}
+	var out []*runtime.Handle
+	for _, id := range live {
+		if _, ok := r.sandbox[id]; ok {
+			keep[id] = true
+			out = append(out, &runtime.Handle{ID: id, Runtime: "fake", Addr: netip.MustParseAddr("127.0.0.1")})
+		}
+	}
+	for id := range r.sandbox {
+		if !keep[id] {
+			delete(r.sandbox, id)
+		}
+	}
+	return out, r.RecoverErr
+}
+
+// Env is a ready orchestrator over a real store with one template "base".
+type Env struct {
+	Orch    *orchestrator.Orchestrator
+	DB      *store.DB
+	Runtime *Runtime
+	DBPath  string
+}
+
+// New builds an Env; cfg's Store, Runtime and EnvdPort are filled in.
+func New(t testing.TB, cfg orchestrator.Config) *Env {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "moat.db")
+	db, err := store.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.UpsertTemplate(ctx, store.Template{ID: "tplbase", Name: "base", RootfsDir: "/nonexistent",
+		CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024, EnvdVersion: state.Version}); err != nil {
+		t.Fatal(err)
+	}
+	rt := NewRuntime(t)
+	cfg.Store, cfg.Runtime, cfg.EnvdPort = db, rt, rt.EnvdPort
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 2 * time.Second
+	}
+	o, err := orchestrator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Env{Orch: o, DB: db, Runtime: rt, DBPath: path}
+}

@@ -1,0 +1,202 @@
+// Package proxy is the sandbox front door: it routes HTTP traffic for a
+// sandbox port (envd on 49983, the code interpreter on 49999, user ports) to
+// the sandbox, chosen by the E2b-Sandbox-Id/E2b-Sandbox-Port headers or by a
+// "{port}-{id}.{domain}" Host, and answers 502 JSON when the sandbox is gone
+// so that the SDKs report "sandbox timed out / not running".
+package proxy
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/moatsh/moat/internal/errdefs/errhttp"
+)
+
+// Header names the SDKs send on every sandbox request.
+const (
+	HeaderSandboxID   = "E2b-Sandbox-Id"
+	HeaderSandboxPort = "E2b-Sandbox-Port"
+	HeaderAccessToken = "X-Access-Token"
+)
+
+// Resolver finds a live sandbox; the orchestrator implements it.
+type Resolver interface {
+	Lookup(id string) (addr netip.Addr, token, state string, ok bool)
+}
+
+// Config configures the proxy. Resolver is required.
+type Config struct {
+	Resolver Resolver
+	Domain   string // when set, Host routing requires this suffix
+	EnvdPort int    // default 49983
+	Logger   *slog.Logger
+}
+
+// Proxy is an http.Handler.
+type Proxy struct {
+	cfg Config
+	log *slog.Logger
+	rp  *httputil.ReverseProxy
+}
+
+// envdInternal are envd paths only the orchestrator may call.
+var envdInternal = map[string]bool{"/init": true, "/freeze": true, "/unfreeze": true, "/snapshot": true}
+
+// New returns a proxy.
+func New(cfg Config) *Proxy {
+	if cfg.EnvdPort == 0 {
+		cfg.EnvdPort = 49983
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Proxy{cfg: cfg, log: cfg.Logger}
+	tr := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1000,
+		MaxIdleConnsPerHost:   100,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 0, // long-running RPC streams
+	}
+	p.rp = &httputil.ReverseProxy{
+		Transport:     tr,
+		FlushInterval: -1,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			t := targetFrom(pr.In)
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = t.hostPort()
+			pr.Out.Host = pr.In.Host
+			pr.Out.Header.Del("X-API-KEY")
+		},
+		ErrorHandler: p.proxyError,
+	}
+	return p
+}
+
+// route is where one request goes.
+type route struct {
+	id   string
+	port int
+	addr netip.Addr
+}
+
+func (t route) hostPort() string { return net.JoinHostPort(t.addr.String(), strconv.Itoa(t.port)) }
+
+type ctxKey struct{}
+
+func targetFrom(r *http.Request) route { return r.Context().Value(ctxKey{}).(route) }
+
+var idRE = regexp.MustCompile(`^[a-z0-9]+$`)
+
+// ParseHost parses "{port}-{id}[-{clientID}].{domain}[:{listenPort}]".
+func ParseHost(host, domain string) (port int, id string, ok bool) {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, rest, found := strings.Cut(host, ".")
+	if !found || rest == "" || (domain != "" && rest != domain) {
+		return 0, "", false
+	}
+	parts := strings.Split(label, "-")
+	if len(parts) < 2 || len(parts) > 3 {
+		return 0, "", false
+	}
+	port, err := strconv.Atoi(parts[0])
+	if err != nil || port < 1 || port > 65535 || !idRE.MatchString(parts[1]) {
+		return 0, "", false
+	}
+	return port, parts[1], true
+}
+
+// Match reports whether r is sandbox traffic rather than an API call.
+func (p *Proxy) Match(r *http.Request) bool {
+	if r.Header.Get(HeaderSandboxID) != "" || r.Header.Get(HeaderSandboxPort) != "" {
+		return true
+	}
+	_, _, ok := ParseHost(r.Host, p.cfg.Domain)
+	return ok
+}
+
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id, port, ok := p.parse(w, r)
+	if !ok {
+		return
+	}
+	addr, token, state, found := p.cfg.Resolver.Lookup(id)
+	if !found || state != "running" {
+		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "The sandbox was not found", "code": 502})
+		return
+	}
+	if port == p.cfg.EnvdPort {
+		if envdInternal[r.URL.Path] {
+			errhttp.Write(w, http.StatusNotFound, "not found")
+			return
+		}
+		if token != "" && r.URL.Path != "/files" && r.URL.Path != "/health" &&
+			subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderAccessToken)), []byte(token)) != 1 {
+			errhttp.Write(w, http.StatusUnauthorized, "invalid access token")
+			return
+		}
+	}
+	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, route{id: id, port: port, addr: addr}))
+	p.rp.ServeHTTP(w, r)
+}
+
+// parse finds the sandbox and port, writing a 400 when the headers are bad.
+func (p *Proxy) parse(w http.ResponseWriter, r *http.Request) (string, int, bool) {
+	hid, hport := r.Header.Get(HeaderSandboxID), r.Header.Get(HeaderSandboxPort)
+	if hid == "" && hport == "" {
+		port, id, ok := ParseHost(r.Host, p.cfg.Domain)
+		if !ok {
+			errhttp.Write(w, http.StatusBadRequest, "cannot route: no sandbox in headers or host")
+		}
+		return id, port, ok
+	}
+	if hid == "" || hport == "" {
+		errhttp.Write(w, http.StatusBadRequest, "both E2b-Sandbox-Id and E2b-Sandbox-Port headers are required")
+		return "", 0, false
+	}
+	port, err := strconv.Atoi(hport)
+	if err != nil || port < 1 || port > 65535 {
+		errhttp.Write(w, http.StatusBadRequest, "invalid E2b-Sandbox-Port header")
+		return "", 0, false
+	}
+	id, _, _ := strings.Cut(hid, "-")
+	if !idRE.MatchString(id) {
+		errhttp.Write(w, http.StatusBadRequest, "invalid E2b-Sandbox-Id header")
+		return "", 0, false
+	}
+	return id, port, true
+}
+
+func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	t := targetFrom(r)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": t.id,
+			"message": "The sandbox is running but port is not open", "port": t.port, "code": 502})
+		return
+	}
+	if r.Context().Err() != nil {
+		return // client went away
+	}
+	p.log.Warn("proxy error", "sandboxID", t.id, "port", t.port, "err", err)
+	if _, _, _, ok := p.cfg.Resolver.Lookup(t.id); !ok {
+		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": t.id, "message": "The sandbox was not found", "code": 502})
+		return
+	}
+	writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": t.id,
+		"message": "Error proxying request to sandbox: " + err.Error(), "port": t.port, "code": 502})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) { errhttp.WriteJSON(w, status, v) }

@@ -1,0 +1,219 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/errdefs/errhttp"
+	"github.com/moatsh/moat/internal/orchestrator"
+)
+
+// Default timeouts in seconds when a body omits one.
+const (
+	defaultTimeoutV1      = 15
+	defaultTimeoutV2      = 300
+	defaultResumeTimeout  = 15
+	defaultConnectTimeout = 300
+	maxRefreshSeconds     = 3600
+)
+
+func (s *Server) createV1(w http.ResponseWriter, r *http.Request) {
+	s.create(w, r, defaultTimeoutV1, false)
+}
+
+// createV2 always issues an envd access token: NewSandboxV2 has no
+// `secure` field because "all system communication is always secured".
+func (s *Server) createV2(w http.ResponseWriter, r *http.Request) {
+	s.create(w, r, defaultTimeoutV2, true)
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32, alwaysSecure bool) {
+	var body newSandbox
+	if err := decode(r, &body, true); err != nil {
+		s.writeBodyErr(w, r, err)
+		return
+	}
+	if body.TemplateID == nil || *body.TemplateID == "" {
+		errhttp.Write(w, http.StatusBadRequest, "templateID is required")
+		return
+	}
+	timeout := defTimeout
+	if body.Timeout != nil {
+		timeout = *body.Timeout
+	}
+	req := orchestrator.CreateRequest{
+		Template:      *body.TemplateID,
+		Timeout:       time.Duration(timeout) * time.Second,
+		Metadata:      body.Metadata,
+		EnvVars:       body.EnvVars,
+		Secure:        alwaysSecure || (body.Secure != nil && *body.Secure),
+		AllowInternet: body.AllowInternetAccess == nil || *body.AllowInternetAccess,
+		AutoPause:     body.AutoPause != nil && *body.AutoPause,
+	}
+	sb, err := s.orch.Create(r.Context(), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	errhttp.WriteJSON(w, http.StatusCreated, toSandbox(sb))
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request, id string) {
+	sb, err := s.orch.Get(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	errhttp.WriteJSON(w, http.StatusOK, toDetail(sb))
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request, id string) {
+	if err := s.orch.Kill(r.Context(), id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, id string) {
+	var body timeoutBody
+	if err := decode(r, &body, true); err != nil {
+		s.writeBodyErr(w, r, err)
+		return
+	}
+	if body.Timeout == nil {
+		errhttp.Write(w, http.StatusBadRequest, "timeout is required")
+		return
+	}
+	if err := s.orch.SetTimeout(r.Context(), id, seconds(*body.Timeout)); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request, id string) {
+	var body refreshBody
+	if err := decode(r, &body, false); err != nil {
+		s.writeBodyErr(w, r, err)
+		return
+	}
+	var d int32
+	if body.Duration != nil {
+		d = *body.Duration
+	}
+	if d < 0 || d > maxRefreshSeconds {
+		errhttp.Write(w, http.StatusBadRequest, fmt.Sprintf("duration must be between 0 and %d", maxRefreshSeconds))
+		return
+	}
+	if err := s.orch.Refresh(r.Context(), id, seconds(d)); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request, id string) {
+	var body pauseBody // memory:false (filesystem-only) is treated like a full pause
+	if err := decode(r, &body, false); err != nil {
+		s.writeBodyErr(w, r, err)
+		return
+	}
+	if err := s.orch.Pause(r.Context(), id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) resume(w http.ResponseWriter, r *http.Request, id string) {
+	var body resumeBody
+	if err := decode(r, &body, false); err != nil {
+		s.writeBodyErr(w, r, err)
+		return
+	}
+	timeout := int32(defaultResumeTimeout)
+	if body.Timeout != nil {
+		timeout = *body.Timeout
+	}
+	sb, err := s.orch.Resume(r.Context(), id, seconds(timeout))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	errhttp.WriteJSON(w, http.StatusCreated, toSandbox(sb))
+}
+
+func (s *Server) connectV1(w http.ResponseWriter, r *http.Request, id string) {
+	s.connect(w, r, id, true)
+}
+
+func (s *Server) connectV2(w http.ResponseWriter, r *http.Request, id string) {
+	s.connect(w, r, id, false)
+}
+
+// connect answers 200 when the sandbox was running, 201 when it was resumed.
+func (s *Server) connect(w http.ResponseWriter, r *http.Request, id string, required bool) {
+	var body timeoutBody
+	if err := decode(r, &body, required); err != nil {
+		s.writeBodyErr(w, r, err)
+		return
+	}
+	timeout := int32(defaultConnectTimeout)
+	if body.Timeout != nil {
+		timeout = *body.Timeout
+	} else if required {
+		errhttp.Write(w, http.StatusBadRequest, "timeout is required")
+		return
+	}
+	sb, resumed, err := s.orch.Connect(r.Context(), id, seconds(timeout))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if resumed {
+		status = http.StatusCreated
+	}
+	errhttp.WriteJSON(w, status, toSandbox(sb))
+}
+
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request, id string) {
+	q := r.URL.Query()
+	for _, p := range []string{"start", "end"} {
+		if v := q.Get(p); v != "" {
+			if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+				s.fail(w, r, fmt.Errorf("%s must be unix seconds: %w", p, errdefs.ErrInvalidArgument))
+				return
+			}
+		}
+	}
+	ms, err := s.orch.Metrics(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := make([]metricJSON, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, toMetric(m))
+	}
+	errhttp.WriteJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.db.ListTemplates(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := make([]templateJSON, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, toTemplate(t))
+	}
+	errhttp.WriteJSON(w, http.StatusOK, out)
+}
+
+func seconds(n int32) time.Duration { return time.Duration(n) * time.Second }

@@ -1,0 +1,481 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moatsh/moat/internal/orchestrator"
+	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
+	"github.com/moatsh/moat/internal/server"
+	"github.com/moatsh/moat/internal/store"
+)
+
+type harness struct {
+	t   *testing.T
+	url string
+	key string
+	env *orchestratortest.Env
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	env := orchestratortest.New(t, orchestrator.Config{MaxTimeout: time.Hour})
+	key, err := env.DB.CreateAPIKey(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(server.New(server.Config{Store: env.DB, Orch: env.Orch}))
+	t.Cleanup(ts.Close)
+	return &harness{t: t, url: ts.URL, key: key, env: env}
+}
+
+type resp struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r resp) json(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("bad JSON %q: %v", r.body, err)
+	}
+}
+
+// errBody checks an E2B error body whose code equals the status.
+func (r resp) errBody(t *testing.T, status int) string {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d; body %s", r.status, status, r.body)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("content-type %q", ct)
+	}
+	var e struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	r.json(t, &e)
+	if e.Code != status || e.Message == "" {
+		t.Fatalf("error body %s", r.body)
+	}
+	return e.Message
+}
+
+func (h *harness) do(method, path, body string) resp {
+	return h.doKey(method, path, body, h.key)
+}
+
+func (h *harness) doKey(method, path, body, key string) resp {
+	h.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, h.url+path, rd)
+	if key != "" {
+		req.Header.Set("X-API-KEY", key)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return resp{status: res.StatusCode, header: res.Header, body: b}
+}
+
+func (h *harness) create(body string) map[string]any {
+	h.t.Helper()
+	r := h.do("POST", "/v2/sandboxes", body)
+	if r.status != http.StatusCreated {
+		h.t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var m map[string]any
+	r.json(h.t, &m)
+	return m
+}
+
+func TestHealthNoKey(t *testing.T) {
+	h := newHarness(t)
+	if r := h.doKey("GET", "/health", "", ""); r.status != 200 {
+		t.Fatalf("health %d", r.status)
+	}
+}
+
+func TestAuth(t *testing.T) {
+	h := newHarness(t)
+	routes := [][2]string{
+		{"POST", "/sandboxes"}, {"POST", "/v2/sandboxes"}, {"GET", "/sandboxes"}, {"GET", "/v2/sandboxes"},
+		{"GET", "/sandboxes/iabc"}, {"DELETE", "/sandboxes/iabc"}, {"POST", "/sandboxes/iabc/timeout"},
+		{"POST", "/sandboxes/iabc/refreshes"}, {"POST", "/sandboxes/iabc/pause"}, {"POST", "/sandboxes/iabc/resume"},
+		{"POST", "/sandboxes/iabc/connect"}, {"POST", "/v2/sandboxes/iabc/connect"},
+		{"GET", "/sandboxes/iabc/metrics"}, {"GET", "/templates"}, {"GET", "/v2/templates"},
+	}
+	for _, rt := range routes {
+		for _, key := range []string{"", "e2b_0000000000000000000000000000000000000000"} {
+			t.Run(rt[0]+rt[1]+"/"+key, func(t *testing.T) {
+				h.doKey(rt[0], rt[1], `{}`, key).errBody(t, 401)
+			})
+		}
+	}
+}
+
+func TestCreateAndGet(t *testing.T) {
+	h := newHarness(t)
+	m := h.create(`{"templateID":"base","metadata":{"a":"b"},"envVars":{"X":"1"},"autoPause":true}`)
+	for _, k := range []string{"sandboxID", "templateID", "clientID", "envdVersion", "envdAccessToken"} {
+		if s, _ := m[k].(string); s == "" {
+			t.Fatalf("missing %s in %v", k, m)
+		}
+	}
+	if m["clientID"] != "6532622b" || m["envdVersion"] != "0.6.13" || m["alias"] != "base" {
+		t.Fatalf("create body %v", m)
+	}
+	if v, ok := m["domain"]; !ok || v != nil {
+		t.Fatalf("domain %v", m)
+	}
+	id := m["sandboxID"].(string)
+	r := h.do("GET", "/sandboxes/"+id, "")
+	if r.status != 200 {
+		t.Fatalf("get %d %s", r.status, r.body)
+	}
+	var d map[string]any
+	r.json(t, &d)
+	for _, k := range []string{"templateID", "sandboxID", "clientID", "startedAt", "cpuCount", "memoryMB",
+		"diskSizeMB", "endAt", "state", "envdVersion", "metadata", "allowInternetAccess", "lifecycle", "envdAccessToken"} {
+		if _, ok := d[k]; !ok {
+			t.Fatalf("detail lacks %s: %s", k, r.body)
+		}
+	}
+	if d["state"] != "running" || d["lifecycle"].(map[string]any)["onTimeout"] != "pause" {
+		t.Fatalf("detail %s", r.body)
+	}
+	start, err1 := time.Parse(time.RFC3339, d["startedAt"].(string))
+	end, err2 := time.Parse(time.RFC3339, d["endAt"].(string))
+	if err1 != nil || err2 != nil || end.Sub(start) < 299*time.Second || end.Sub(start) > 301*time.Second {
+		t.Fatalf("v2 default timeout: %v %v %v", start, end, d)
+	}
+	// "-clientID" suffix of SDK 1.x is stripped.
+	if r := h.do("GET", "/sandboxes/"+id+"-6532622b", ""); r.status != 200 {
+		t.Fatalf("suffixed get %d", r.status)
+	}
+	if in, _ := h.env.Runtime.Init(id); in.EnvVars["X"] != "1" {
+		t.Fatalf("init %+v", in)
+	}
+}
+
+func TestCreateV1(t *testing.T) {
+	h := newHarness(t)
+	r := h.do("POST", "/sandboxes", `{"templateID":"base"}`)
+	if r.status != 201 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	var m map[string]any
+	r.json(t, &m)
+	if _, ok := m["envdAccessToken"]; ok {
+		t.Fatal("v1 without secure got a token")
+	}
+	sb, _ := h.env.Orch.Get(context.Background(), m["sandboxID"].(string))
+	if d := sb.EndAt.Sub(sb.StartedAt); d != 15*time.Second {
+		t.Fatalf("v1 default timeout %v", d)
+	}
+	r = h.do("POST", "/sandboxes", `{"templateID":"base","secure":true,"timeout":60,"allow_internet_access":false}`)
+	r.json(t, &m)
+	if m["envdAccessToken"] == nil {
+		t.Fatal("secure v1 without token")
+	}
+}
+
+func TestCreateErrors(t *testing.T) {
+	h := newHarness(t)
+	tests := []struct {
+		name, path, body string
+		status           int
+		msg              string
+	}{
+		{"no body", "/v2/sandboxes", "", 400, "required"},
+		{"bad json", "/v2/sandboxes", `{"templateID":`, 400, "invalid request body"},
+		{"trailing", "/v2/sandboxes", `{"templateID":"base"} x`, 400, "trailing"},
+		{"wrong type", "/v2/sandboxes", `{"templateID":5}`, 400, "templateID"},
+		{"timeout type", "/sandboxes", `{"templateID":"base","timeout":"x"}`, 400, "timeout"},
+		{"timeout overflow", "/sandboxes", `{"templateID":"base","timeout":99999999999}`, 400, "timeout"},
+		{"metadata type", "/v2/sandboxes", `{"templateID":"base","metadata":{"a":1}}`, 400, "metadata"},
+		{"missing template", "/v2/sandboxes", `{}`, 400, "templateID is required"},
+		{"unknown template", "/v2/sandboxes", `{"templateID":"nope"}`, 404, "template 'nope' not found"},
+		{"zero timeout", "/sandboxes", `{"templateID":"base","timeout":0}`, 400, "greater than 0"},
+		{"negative timeout", "/v2/sandboxes", `{"templateID":"base","timeout":-5}`, 400, "greater than 0"},
+		{"timeout above max", "/v2/sandboxes", `{"templateID":"base","timeout":7200}`, 400, "cannot be greater"},
+		{"too large", "/v2/sandboxes", `{"templateID":"base","metadata":{"a":"` + strings.Repeat("x", 2<<20) + `"}}`, 413, "too large"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			msg := h.do("POST", tt.path, tt.body).errBody(t, tt.status)
+			if !strings.Contains(msg, tt.msg) {
+				t.Fatalf("message %q lacks %q", msg, tt.msg)
+			}
+		})
+	}
+	if h.env.Runtime.Count() != 0 {
+		t.Fatal("sandbox created by a failing request")
+	}
+}
+
+func TestSandboxIDValidationAndNotFound(t *testing.T) {
+	h := newHarness(t)
+	calls := [][3]string{
+		{"GET", "/sandboxes/%s", ""}, {"DELETE", "/sandboxes/%s", ""}, {"POST", "/sandboxes/%s/timeout", `{"timeout":10}`},
+		{"POST", "/sandboxes/%s/refreshes", `{}`}, {"POST", "/sandboxes/%s/pause", ""}, {"POST", "/sandboxes/%s/resume", `{}`},
+		{"POST", "/sandboxes/%s/connect", `{"timeout":10}`}, {"POST", "/v2/sandboxes/%s/connect", ""},
+		{"GET", "/sandboxes/%s/metrics", ""},
+	}
+	for _, c := range calls {
+		for _, tc := range []struct {
+			id     string
+			status int
+		}{{"inotthere", 404}, {"ABC", 400}, {"a-b-c", 400}, {"a_b", 400}, {"inotthere-6532622b", 404}} {
+			t.Run(c[0]+c[1]+tc.id, func(t *testing.T) {
+				h.do(c[0], strings.Replace(c[1], "%s", url.PathEscape(tc.id), 1), c[2]).errBody(t, tc.status)
+			})
+		}
+	}
+}
+
+func TestLifecycleEndpoints(t *testing.T) {
+	h := newHarness(t)
+	id := h.create(`{"templateID":"base"}`)["sandboxID"].(string)
+	p := "/sandboxes/" + id
+
+	if r := h.do("POST", p+"/connect", `{"timeout":60}`); r.status != 200 {
+		t.Fatalf("connect running %d %s", r.status, r.body)
+	}
+	h.do("POST", p+"/connect", ``).errBody(t, 400)
+	h.do("POST", p+"/connect", `{}`).errBody(t, 400)
+	h.do("POST", p+"/connect", `{"timeout":"x"}`).errBody(t, 400)
+	h.do("POST", p+"/resume", `{}`).errBody(t, 409)
+	if r := h.do("POST", p+"/timeout", `{"timeout":120}`); r.status != 204 {
+		t.Fatalf("timeout %d %s", r.status, r.body)
+	}
+	h.do("POST", p+"/timeout", `{}`).errBody(t, 400)
+	h.do("POST", p+"/timeout", ``).errBody(t, 400)
+	h.do("POST", p+"/timeout", `{"timeout":7201}`).errBody(t, 400)
+	if r := h.do("POST", p+"/refreshes", ``); r.status != 204 {
+		t.Fatalf("refresh %d", r.status)
+	}
+	h.do("POST", p+"/refreshes", `{"duration":3601}`).errBody(t, 400)
+	if r := h.do("POST", p+"/pause", ``); r.status != 204 {
+		t.Fatalf("pause %d %s", r.status, r.body)
+	}
+	h.do("POST", p+"/pause", `{}`).errBody(t, 409)
+	h.do("POST", p+"/pause", `[`).errBody(t, 400)
+	var d map[string]any
+	h.do("GET", p, "").json(t, &d)
+	if d["state"] != "paused" {
+		t.Fatalf("state %v", d["state"])
+	}
+	if r := h.do("GET", p+"/metrics", ""); r.status != 200 || string(r.body) != "[]\n" {
+		t.Fatalf("paused metrics %d %s", r.status, r.body)
+	}
+	if r := h.do("POST", "/v2"+p+"/connect", ``); r.status != 201 {
+		t.Fatalf("connect paused %d %s", r.status, r.body)
+	}
+	if r := h.do("POST", "/v2"+p+"/connect", `{}`); r.status != 200 {
+		t.Fatalf("v2 connect running %d", r.status)
+	}
+	_ = h.do("POST", p+"/pause", ``)
+	if r := h.do("POST", p+"/resume", `{"timeout":30}`); r.status != 201 {
+		t.Fatalf("resume %d %s", r.status, r.body)
+	}
+	r := h.do("GET", p+"/metrics?start=1&end=2", "")
+	var ms []map[string]any
+	r.json(t, &ms)
+	if r.status != 200 || len(ms) != 1 {
+		t.Fatalf("metrics %d %s", r.status, r.body)
+	}
+	for _, k := range []string{"timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed", "memTotal", "memCache", "diskUsed", "diskTotal"} {
+		if _, ok := ms[0][k]; !ok {
+			t.Fatalf("metric lacks %s", k)
+		}
+	}
+	h.do("GET", p+"/metrics?start=abc", "").errBody(t, 400)
+	if r := h.do("DELETE", p, ""); r.status != 204 {
+		t.Fatalf("kill %d", r.status)
+	}
+	h.do("DELETE", p, "").errBody(t, 404)
+	h.do("GET", p, "").errBody(t, 404)
+}
+
+func TestUnknownRouteAndMethod(t *testing.T) {
+	h := newHarness(t)
+	h.do("GET", "/nope", "").errBody(t, 404)
+	h.do("PUT", "/v2/sandboxes", "").errBody(t, 405)
+	h.do("POST", "/sandboxes/iabc/fork", "{}").errBody(t, 501)
+	h.do("GET", "/sandboxes/metrics", "").errBody(t, 501)
+	h.doKey("PUT", "/sandboxes/iabc/network", "{}", "").errBody(t, 401)
+}
+
+func TestTemplates(t *testing.T) {
+	h := newHarness(t)
+	for _, p := range []string{"/templates", "/v2/templates"} {
+		var ts []map[string]any
+		h.do("GET", p, "").json(t, &ts)
+		if len(ts) != 1 {
+			t.Fatalf("%s: %v", p, ts)
+		}
+		for _, k := range []string{"templateID", "buildID", "cpuCount", "memoryMB", "diskSizeMB", "public", "createdAt",
+			"updatedAt", "createdBy", "lastSpawnedAt", "spawnCount", "buildCount", "envdVersion", "aliases", "names", "buildStatus"} {
+			if _, ok := ts[0][k]; !ok {
+				t.Fatalf("template lacks %s", k)
+			}
+		}
+	}
+}
+
+// seedList inserts s0..s4 (s2 paused; even ones carry {"a b":"c&d"}).
+func seedList(t *testing.T, h *harness) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	base := time.Now().Add(-time.Hour).UTC()
+	for i, st := range []string{"running", "running", "paused", "running", "running"} {
+		md := map[string]string{"n": string(rune('a' + i))}
+		if i%2 == 0 {
+			md["a b"] = "c&d"
+		}
+		err := h.env.DB.InsertSandbox(ctx, store.Sandbox{ID: "s" + string(rune('0'+i)), TemplateID: "tplbase", Alias: "base",
+			State: st, StartedAt: base.Add(time.Duration(i) * time.Minute), EndAt: base.Add(time.Hour), Metadata: md})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return base
+}
+
+func listIDs(t *testing.T, r resp) string {
+	t.Helper()
+	var ls []map[string]any
+	r.json(t, &ls)
+	var out []string
+	for _, l := range ls {
+		out = append(out, l["sandboxID"].(string))
+	}
+	return strings.Join(out, ",")
+}
+
+func TestList(t *testing.T) {
+	h := newHarness(t)
+	base := seedList(t, h)
+	ids := func(r resp) string { return listIDs(t, r) }
+	tests := []struct {
+		query, want, running string
+	}{
+		{"", "s4,s3,s2,s1,s0", "4"},
+		{"?state=running", "s4,s3,s1,s0", "4"},
+		{"?state=paused", "s2", ""},
+		{"?order=asc", "s0,s1,s2,s3,s4", "4"},
+		{"?metadata=a%252520b%3Dc%252526d", "s4,s2,s0", "2"},
+		{"?metadata=n%3Db", "s1", "1"},
+		{"?template=base&state=running,paused", "s4,s3,s2,s1,s0", "4"},
+		{"?template=other", "", "0"},
+		{"?startedAfter=" + url.QueryEscape(base.Add(3*time.Minute).Format(time.RFC3339Nano)), "s4,s3", "2"},
+		{"?limit=500", "s4,s3,s2,s1,s0", "4"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.query, func(t *testing.T) {
+			r := h.do("GET", "/v2/sandboxes"+tt.query, "")
+			if r.status != 200 {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+			if got := ids(r); got != tt.want {
+				t.Fatalf("got %s want %s", got, tt.want)
+			}
+			if got := r.header.Get("X-Total-Running"); got != tt.running {
+				t.Fatalf("X-Total-Running %q want %q", got, tt.running)
+			}
+			if r.header.Get("X-Next-Token") != "" {
+				t.Fatal("unexpected next token")
+			}
+		})
+	}
+	// v1 list: running only.
+	if got := ids(h.do("GET", "/sandboxes?metadata=a%252520b%3Dc%252526d", "")); got != "s4,s0" {
+		t.Fatalf("v1 list %s", got)
+	}
+}
+
+func TestListPagination(t *testing.T) {
+	h := newHarness(t)
+	seedList(t, h)
+	ids := func(r resp) string { return listIDs(t, r) }
+	for _, order := range []string{"desc", "asc"} {
+		var all []string
+		tok := ""
+		for range 10 {
+			q := "?limit=2&order=" + order
+			if tok != "" {
+				q += "&nextToken=" + url.QueryEscape(tok)
+			}
+			r := h.do("GET", "/v2/sandboxes"+q, "")
+			if r.status != 200 {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+			if s := ids(r); s != "" {
+				all = append(all, s)
+			}
+			if tok = r.header.Get("X-Next-Token"); tok == "" {
+				break
+			}
+			if order == "desc" {
+				h.do("GET", "/v2/sandboxes?order=asc&nextToken="+url.QueryEscape(tok), "").errBody(t, 400)
+			}
+		}
+		want := map[string]string{"desc": "s4,s3,s2,s1,s0", "asc": "s0,s1,s2,s3,s4"}[order]
+		if got := strings.Join(all, ","); got != want {
+			t.Fatalf("%s pages %s", order, got)
+		}
+	}
+}
+
+func TestListBadQueries(t *testing.T) {
+	h := newHarness(t)
+	for _, q := range []string{"?state=dead", "?order=up", "?startedAfter=yesterday", "?template=base:v1", "?limit=x",
+		"?nextToken=***", "?nextToken=Zm9v", "?metadata=a", "?metadata=a%3Db%3Dc", "?metadata=%25zz"} {
+		msg := h.do("GET", "/v2/sandboxes"+q, "").errBody(t, 400)
+		if strings.Contains(q, "nextToken") && msg != "Invalid next token" {
+			t.Fatalf("%s: %q", q, msg)
+		}
+	}
+	h.do("GET", "/sandboxes?metadata=x", "").errBody(t, 400)
+}
+
+func TestShortID(t *testing.T) {
+	tests := []struct {
+		in, want string
+		ok       bool
+	}{
+		{"iabc", "iabc", true}, {"iabc-6532622b", "iabc", true}, {"a-b-c", "", false},
+		{"", "", false}, {"-x", "", false}, {"ABC", "", false}, {"a.b", "", false},
+	}
+	for _, tt := range tests {
+		got, err := server.ShortID(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("ShortID(%q) = %q, %v", tt.in, got, err)
+		}
+	}
+}
+
+func TestPanicBecomes500JSON(t *testing.T) {
+	h := newHarness(t)
+	// A server without an orchestrator panics in every sandbox handler.
+	broken := httptest.NewServer(server.New(server.Config{Store: h.env.DB}))
+	defer broken.Close()
+	h.url = broken.URL
+	h.do("GET", "/sandboxes/iabc", "").errBody(t, 500)
+}

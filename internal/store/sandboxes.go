@@ -1,0 +1,237 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Sandbox states as stored.
+const (
+	StateCreating = "creating"
+	StateRunning  = "running"
+	StatePausing  = "pausing"
+	StatePaused   = "paused"
+	StateResuming = "resuming"
+	StateKilled   = "killed"
+)
+
+// Sandbox is one sandbox's persistent record.
+type Sandbox struct {
+	ID              string
+	TemplateID      string
+	Alias           string
+	State           string
+	Runtime         string
+	Addr            string
+	StartedAt       time.Time
+	EndAt           time.Time
+	Metadata        map[string]string
+	EnvVars         map[string]string
+	EnvdAccessToken string
+	Secure          bool
+	AllowInternet   bool
+	AutoPause       bool
+	CPUCount        int
+	MemoryMB        int
+	DiskSizeMB      int
+}
+
+// Cursor is a position in a sandbox listing: the last item returned.
+type Cursor struct {
+	StartedAt time.Time
+	ID        string
+}
+
+// SandboxFilter selects sandboxes for ListSandboxes. Zero values mean "any".
+type SandboxFilter struct {
+	States       []string
+	Metadata     map[string]string // every key must be present with this value
+	Template     string            // template ID or alias
+	Order        string            // "desc" (default: newest first) or "asc"
+	StartedAfter time.Time         // inclusive
+	Cursor       *Cursor           // continue after this item
+	Limit        int               // 0 = no limit
+}
+
+const sandboxCols = `id, template_id, alias, state, runtime, addr, started_at, end_at, metadata,
+	env_vars, envd_access_token, secure, allow_internet, auto_pause, cpu_count, memory_mb, disk_size_mb`
+
+// InsertSandbox stores a new sandbox; errdefs.ErrAlreadyExists if the ID is taken.
+func (d *DB) InsertSandbox(ctx context.Context, s Sandbox) error {
+	md, env, err := marshalMaps(s)
+	if err != nil {
+		return fmt.Errorf("insert sandbox %s: %w", s.ID, err)
+	}
+	_, err = d.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		s.ID, s.TemplateID, s.Alias, s.State, s.Runtime, s.Addr, toUnix(s.StartedAt), toUnix(s.EndAt),
+		md, env, s.EnvdAccessToken, boolInt(s.Secure), boolInt(s.AllowInternet), boolInt(s.AutoPause),
+		s.CPUCount, s.MemoryMB, s.DiskSizeMB)
+	if err != nil {
+		if strings.Contains(err.Error(), "UNIQUE") {
+			return fmt.Errorf("insert sandbox %s: %w", s.ID, errAlreadyExists)
+		}
+		return fmt.Errorf("insert sandbox %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// UpdateSandbox overwrites the record with s.ID; errdefs.ErrNotFound if none.
+func (d *DB) UpdateSandbox(ctx context.Context, s Sandbox) error {
+	md, env, err := marshalMaps(s)
+	if err != nil {
+		return fmt.Errorf("update sandbox %s: %w", s.ID, err)
+	}
+	res, err := d.db.ExecContext(ctx, `UPDATE sandboxes SET template_id=?, alias=?, state=?, runtime=?,
+		addr=?, started_at=?, end_at=?, metadata=?, env_vars=?, envd_access_token=?, secure=?,
+		allow_internet=?, auto_pause=?, cpu_count=?, memory_mb=?, disk_size_mb=? WHERE id=?`,
+		s.TemplateID, s.Alias, s.State, s.Runtime, s.Addr, toUnix(s.StartedAt), toUnix(s.EndAt),
+		md, env, s.EnvdAccessToken, boolInt(s.Secure), boolInt(s.AllowInternet), boolInt(s.AutoPause),
+		s.CPUCount, s.MemoryMB, s.DiskSizeMB, s.ID)
+	if err != nil {
+		return fmt.Errorf("update sandbox %s: %w", s.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return notFound("sandbox", s.ID)
+	}
+	return nil
+}
+
+// GetSandbox returns the sandbox id; errdefs.ErrNotFound if none.
+func (d *DB) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
+	row := d.db.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`, id)
+	s, err := scanSandbox(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Sandbox{}, notFound("sandbox", id)
+	}
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, err)
+	}
+	return s, nil
+}
+
+// DeleteSandbox removes the record; deleting an unknown ID succeeds.
+func (d *DB) DeleteSandbox(ctx context.Context, id string) error {
+	if _, err := d.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// ListSandboxes returns the sandboxes matching f, ordered by start time
+// (desc: newest first, ties by ID ascending; asc: the exact reverse).
+func (d *DB) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error) {
+	q, args := buildListQuery(f)
+	rows, err := d.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	defer rows.Close()
+	var out []Sandbox
+	for rows.Next() {
+		s, err := scanSandbox(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list sandboxes: %w", err)
+		}
+		if !matchMetadata(s.Metadata, f.Metadata) {
+			continue
+		}
+		out = append(out, s)
+		if f.Limit > 0 && len(out) >= f.Limit {
+			break
+		}
+	}
+	return out, rows.Err()
+}
+
+func buildListQuery(f SandboxFilter) (string, []any) {
+	var where []string
+	var args []any
+	if len(f.States) > 0 {
+		where = append(where, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
+		for _, s := range f.States {
+			args = append(args, s)
+		}
+	}
+	if f.Template != "" {
+		where = append(where, "(template_id = ? OR alias = ?)")
+		args = append(args, f.Template, f.Template)
+	}
+	if !f.StartedAfter.IsZero() {
+		where = append(where, "started_at >= ?")
+		args = append(args, toUnix(f.StartedAfter))
+	}
+	asc := f.Order == "asc"
+	if c := f.Cursor; c != nil {
+		if asc {
+			where = append(where, "(started_at > ? OR (started_at = ? AND id < ?))")
+		} else {
+			where = append(where, "(started_at < ? OR (started_at = ? AND id > ?))")
+		}
+		args = append(args, toUnix(c.StartedAt), toUnix(c.StartedAt), c.ID)
+	}
+	q := `SELECT ` + sandboxCols + ` FROM sandboxes`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	if asc {
+		q += " ORDER BY started_at ASC, id DESC"
+	} else {
+		q += " ORDER BY started_at DESC, id ASC"
+	}
+	return q, args
+}
+
+func matchMetadata(have, want map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+func marshalMaps(s Sandbox) (md, env string, err error) {
+	m, err := json.Marshal(nonNil(s.Metadata))
+	if err != nil {
+		return "", "", err
+	}
+	e, err := json.Marshal(nonNil(s.EnvVars))
+	if err != nil {
+		return "", "", err
+	}
+	return string(m), string(e), nil
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func scanSandbox(sc scanner) (Sandbox, error) {
+	var s Sandbox
+	var started, end int64
+	var md, env string
+	var secure, inet, autoPause int
+	err := sc.Scan(&s.ID, &s.TemplateID, &s.Alias, &s.State, &s.Runtime, &s.Addr, &started, &end, &md,
+		&env, &s.EnvdAccessToken, &secure, &inet, &autoPause, &s.CPUCount, &s.MemoryMB, &s.DiskSizeMB)
+	if err != nil {
+		return s, err
+	}
+	s.StartedAt, s.EndAt = fromUnix(started), fromUnix(end)
+	s.Secure, s.AllowInternet, s.AutoPause = secure != 0, inet != 0, autoPause != 0
+	if err := json.Unmarshal([]byte(md), &s.Metadata); err != nil {
+		return s, fmt.Errorf("sandbox %s metadata: %w", s.ID, err)
+	}
+	if err := json.Unmarshal([]byte(env), &s.EnvVars); err != nil {
+		return s, fmt.Errorf("sandbox %s env: %w", s.ID, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,127 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Template is a built root filesystem sandboxes start from.
+type Template struct {
+	ID            string
+	Name          string // alias, unique
+	BuildID       string
+	RootfsDir     string
+	CPUCount      int
+	MemoryMB      int
+	DiskSizeMB    int
+	EnvdVersion   string
+	Runtime       string // optional per-template runtime ("" = server default)
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	SpawnCount    int
+	LastSpawnedAt *time.Time
+}
+
+const templateCols = `id, name, build_id, rootfs_dir, cpu_count, memory_mb, disk_size_mb,
+	envd_version, runtime, created_at, updated_at, spawn_count, last_spawned_at`
+
+// UpsertTemplate inserts t or, when a template with t.Name exists, updates
+// it in place (keeping its ID, CreatedAt and spawn statistics). An empty
+// t.ID gets a random one.
+func (d *DB) UpsertTemplate(ctx context.Context, t Template) error {
+	if t.Name == "" {
+		return fmt.Errorf("upsert template: empty name: %w", errInvalid)
+	}
+	if t.ID == "" {
+		t.ID = randomID(20)
+	}
+	now := time.Now()
+	_, err := d.db.ExecContext(ctx, `INSERT INTO templates (`+templateCols+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL)
+		ON CONFLICT(name) DO UPDATE SET build_id=excluded.build_id, rootfs_dir=excluded.rootfs_dir,
+			cpu_count=excluded.cpu_count, memory_mb=excluded.memory_mb, disk_size_mb=excluded.disk_size_mb,
+			envd_version=excluded.envd_version, runtime=excluded.runtime, updated_at=excluded.updated_at`,
+		t.ID, t.Name, t.BuildID, t.RootfsDir, t.CPUCount, t.MemoryMB, t.DiskSizeMB,
+		t.EnvdVersion, t.Runtime, toUnix(now), toUnix(now))
+	if err != nil {
+		return fmt.Errorf("upsert template %s: %w", t.Name, err)
+	}
+	return nil
+}
+
+// GetTemplate finds a template by ID or name; errdefs.ErrNotFound if none.
+func (d *DB) GetTemplate(ctx context.Context, idOrName string) (Template, error) {
+	row := d.db.QueryRowContext(ctx, `SELECT `+templateCols+` FROM templates
+		WHERE id = ? OR name = ? ORDER BY id = ? DESC LIMIT 1`, idOrName, idOrName, idOrName)
+	t, err := scanTemplate(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Template{}, notFound("template", idOrName)
+	}
+	if err != nil {
+		return Template{}, fmt.Errorf("get template %s: %w", idOrName, err)
+	}
+	return t, nil
+}
+
+// ListTemplates returns every template, by name.
+func (d *DB) ListTemplates(ctx context.Context) ([]Template, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT `+templateCols+` FROM templates ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list templates: %w", err)
+	}
+	defer rows.Close()
+	var out []Template
+	for rows.Next() {
+		t, err := scanTemplate(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list templates: %w", err)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// MarkTemplateSpawned counts one more sandbox started from template id.
+func (d *DB) MarkTemplateSpawned(ctx context.Context, id string, at time.Time) error {
+	_, err := d.db.ExecContext(ctx, `UPDATE templates SET spawn_count = spawn_count + 1,
+		last_spawned_at = ? WHERE id = ?`, toUnix(at), id)
+	if err != nil {
+		return fmt.Errorf("mark template %s spawned: %w", id, err)
+	}
+	return nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanTemplate(s scanner) (Template, error) {
+	var t Template
+	var created, updated int64
+	var last sql.NullInt64
+	err := s.Scan(&t.ID, &t.Name, &t.BuildID, &t.RootfsDir, &t.CPUCount, &t.MemoryMB, &t.DiskSizeMB,
+		&t.EnvdVersion, &t.Runtime, &created, &updated, &t.SpawnCount, &last)
+	if err != nil {
+		return t, err
+	}
+	t.CreatedAt, t.UpdatedAt = fromUnix(created), fromUnix(updated)
+	if last.Valid {
+		lt := fromUnix(last.Int64)
+		t.LastSpawnedAt = &lt
+	}
+	return t, nil
+}
+
+const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+// randomID returns n characters of [a-z0-9].
+func randomID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
+	}
+	return string(b)
+}
