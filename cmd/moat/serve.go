@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/moatsh/moat/internal/app"
+	_ "github.com/moatsh/moat/internal/runtime/container" // registers runtime "container"
+)
+
+func newServeCmd() *cobra.Command {
+	var cfg app.Config
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the API server, sandbox proxy and orchestrator",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Logger = slog.Default()
+			cfg.Stdout, cfg.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if err := app.Serve(cmd.Context(), cfg); err != nil {
+				return fmt.Errorf("serve: %w", err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Addr, "addr", envOr(defaultAddr, "MOAT_ADDR"), "listen address HOST:PORT (env MOAT_ADDR)")
+	addDataDirFlag(cmd, &cfg.DataDir)
+	f.StringVar(&cfg.Runtime, "runtime", envOr("", "MOAT_RUNTIME"),
+		"sandbox runtime: container|vm|gvisor (env MOAT_RUNTIME; default: best the host supports)")
+	f.DurationVar(&cfg.MaxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a client may ask for")
+	f.StringVar(&cfg.Domain, "domain", envOr("", "MOAT_DOMAIN"),
+		"domain for sandbox hosts {port}-{id}.DOMAIN (env MOAT_DOMAIN)")
+	return cmd
+}
+
+func newAPIKeyCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "apikey", Short: "Manage API keys"}
+	var dataDir string
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create an API key; it is printed on the last line of stdout",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			key, err := app.CreateAPIKey(cmd.Context(), dataDir)
+			if err != nil {
+				return fmt.Errorf("create api key: %w", err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), key)
+			return nil
+		},
+	}
+	addDataDirFlag(create, &dataDir)
+	cmd.AddCommand(create)
+	return cmd
+}

@@ -1,0 +1,334 @@
+package netpolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// netnsDir is where named network namespaces live, as with `ip netns add`.
+const netnsDir = "/run/netns"
+
+// Manager owns the sandboxes' networks on this host. It is safe for
+// concurrent use with different IDs.
+type Manager struct {
+	log *slog.Logger
+	o   options
+
+	mu         sync.Mutex
+	alloc      *allocator      // guarded by mu
+	internet   map[string]bool // id → egress allowed; guarded by mu
+	forwarding bool            // ip_forward switched on by us; guarded by mu
+}
+
+// New installs the nftables table (replacing an older copy atomically, but
+// keeping its set of allowed interfaces) and returns a Manager with an empty
+// allocator: call Recover before Setup after a restart.
+// Close removes the table again when no sandbox is left.
+func New(log *slog.Logger, opts ...Option) (*Manager, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	o := defaultOptions()
+	for _, f := range opts {
+		f(&o)
+	}
+	if len(o.ifPrefix) != 2 || !o.subnet.Addr().Is4() || o.subnet.Bits() > 30 {
+		return nil, fmt.Errorf("netpolicy: bad scope: if prefix %q, subnet %s", o.ifPrefix, o.subnet)
+	}
+	m := &Manager{log: log.With("component", "netpolicy"), o: o,
+		alloc: newAllocator(o.subnet), internet: map[string]bool{}}
+	if err := m.installTable(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Close deletes the nftables table if no sandbox network exists any more; it
+// leaves everything alone otherwise, so a server restart keeps sandboxes online.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	n := len(m.alloc.byID)
+	m.mu.Unlock()
+	if n > 0 {
+		return nil
+	}
+	return m.deleteTable()
+}
+
+// Lookup returns the network of a sandbox set up (or recovered) by m.
+func (m *Manager) Lookup(id string) (*Net, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	slot, ok := m.alloc.byID[id]
+	if !ok {
+		return nil, false
+	}
+	return m.netOf(id, slot), true
+}
+
+// netOf builds the Net for id at slot; mu must be held.
+func (m *Manager) netOf(id string, slot int) *Net {
+	h, s := m.alloc.addrs(slot)
+	return &Net{ID: id, NSPath: filepath.Join(netnsDir, m.o.netnsName(id)), HostIf: m.o.hostIf(id),
+		HostAddr: h, SandboxAddr: s, Prefix: 30, Internet: m.internet[id]}
+}
+
+// Setup creates the sandbox's netns, veth pair, addresses and routes, and
+// admits it to the internet when allowInternet. On error nothing is left
+// behind. Errors: ErrInvalidArgument (bad id), ErrAlreadyExists,
+// ErrResourceExhausted (subnet full).
+func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *Net, retErr error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	var undo cleanups
+	defer func() {
+		if retErr != nil {
+			retErr = errors.Join(retErr, undo.run())
+		}
+	}()
+	onHost := hostAddrs()
+	m.mu.Lock()
+	slot, err := m.alloc.alloc(id, func(s int) bool {
+		h, sb := m.alloc.addrs(s)
+		return onHost[h] || onHost[sb]
+	})
+	if err == nil {
+		m.internet[id] = allowInternet
+	}
+	m.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	undo.push(func() error { m.release(id); return nil })
+	m.mu.Lock()
+	n := m.netOf(id, slot)
+	m.mu.Unlock()
+
+	if err := createNetns(m.o.netnsName(id)); err != nil {
+		return nil, fmt.Errorf("sandbox %s: create netns: %w", id, err)
+	}
+	undo.push(func() error { return deleteNetns(m.o.netnsName(id)) })
+	if err := m.createVeth(n); err != nil {
+		return nil, err
+	}
+	undo.push(func() error { return deleteLink(n.HostIf) })
+	if err := configureInside(n); err != nil {
+		return nil, err
+	}
+	if allowInternet {
+		if err := m.enableForwarding(); err != nil {
+			return nil, err
+		}
+		if err := m.setAllowed(n.HostIf, true); err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", id, err)
+		}
+		undo.push(func() error { return m.setAllowed(n.HostIf, false) })
+	}
+	m.log.DebugContext(ctx, "network up", "sandbox", id, "if", n.HostIf, "addr", n.SandboxAddr, "internet", allowInternet)
+	return n, nil
+}
+
+// Teardown removes the sandbox's nftables set member, veth pair and netns and
+// frees its addresses. It succeeds when there is nothing to remove.
+func (m *Manager) Teardown(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	hostIf := m.o.hostIf(id)
+	err := errors.Join(
+		m.setAllowed(hostIf, false),
+		deleteLink(hostIf),
+		deleteNetns(m.o.netnsName(id)),
+	)
+	m.release(id)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: network teardown: %w", id, err)
+	}
+	m.log.DebugContext(ctx, "network down", "sandbox", id)
+	return nil
+}
+
+func (m *Manager) release(id string) {
+	m.mu.Lock()
+	m.alloc.free(id)
+	delete(m.internet, id)
+	m.mu.Unlock()
+}
+
+// createVeth makes the pair with its peer born as eth0 inside the netns, then
+// addresses and raises the host side.
+func (m *Manager) createVeth(n *Net) error {
+	ns, err := netns.GetFromPath(n.NSPath)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: open netns: %w", n.ID, err)
+	}
+	defer ns.Close()
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: n.HostIf}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(ns))}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("sandbox %s: add veth %s: %w", n.ID, n.HostIf, err)
+	}
+	// No IPv6 on the host side: no link-local path to the host.
+	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+n.HostIf+"/disable_ipv6", []byte("1"), 0o644)
+	link, err := netlink.LinkByName(n.HostIf)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", n.ID, err)
+	}
+	addr := &netlink.Addr{IPNet: ipNet(n.HostAddr, n.Prefix)}
+	if err := netlink.AddrAdd(link, addr); err != nil {
+		return fmt.Errorf("sandbox %s: address %s: %w", n.ID, n.HostAddr, err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("sandbox %s: up %s: %w", n.ID, n.HostIf, err)
+	}
+	return nil
+}
+
+// configureInside raises lo and eth0 in the netns, addresses eth0 and routes
+// everything via the host side.
+func configureInside(n *Net) error {
+	ns, err := netns.GetFromPath(n.NSPath)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: open netns: %w", n.ID, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: netlink in netns: %w", n.ID, err)
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err == nil {
+		err = h.LinkSetUp(lo)
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox %s: lo up: %w", n.ID, err)
+	}
+	eth, err := h.LinkByName("eth0")
+	if err != nil {
+		return fmt.Errorf("sandbox %s: eth0: %w", n.ID, err)
+	}
+	if err := h.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(n.SandboxAddr, n.Prefix)}); err != nil {
+		return fmt.Errorf("sandbox %s: address %s: %w", n.ID, n.SandboxAddr, err)
+	}
+	if err := h.LinkSetUp(eth); err != nil {
+		return fmt.Errorf("sandbox %s: eth0 up: %w", n.ID, err)
+	}
+	route := &netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.IP(n.HostAddr.AsSlice())}
+	if err := h.RouteAdd(route); err != nil {
+		return fmt.Errorf("sandbox %s: default route: %w", n.ID, err)
+	}
+	return nil
+}
+
+// enableForwarding turns on net.ipv4.ip_forward once.
+func (m *Manager) enableForwarding() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.forwarding {
+		return nil
+	}
+	const p = "/proc/sys/net/ipv4/ip_forward"
+	if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == "1" {
+		m.forwarding = true
+		return nil
+	}
+	if err := os.WriteFile(p, []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("enable ip_forward: %w", err)
+	}
+	m.forwarding = true
+	m.log.Info("net.ipv4.ip_forward switched on for sandbox internet access; the nftables table inet " +
+		m.o.table + " forwards only allowed sandboxes")
+	return nil
+}
+
+// createNetns creates a named network namespace like `ip netns add`. The
+// work happens on a locked thread that is thrown away if it cannot return to
+// the original namespace.
+func createNetns(name string) error {
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread() // no unlock on failure: the thread dies with the goroutine
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- fmt.Errorf("current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		ns, err := netns.NewNamed(name)
+		if err != nil {
+			_ = os.Remove(filepath.Join(netnsDir, name))
+			errc <- fmt.Errorf("netns %s: %w", name, err)
+			return
+		}
+		ns.Close()
+		if err := netns.Set(orig); err != nil {
+			errc <- fmt.Errorf("back to host netns: %w", err)
+			return
+		}
+		goruntime.UnlockOSThread()
+		errc <- nil
+	}()
+	return <-errc
+}
+
+// deleteNetns unmounts and removes a named netns; absent is fine.
+func deleteNetns(name string) error {
+	p := filepath.Join(netnsDir, name)
+	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", p, err)
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", p, err)
+	}
+	return nil
+}
+
+// deleteLink removes a link by name; absent is fine.
+func deleteLink(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("link %s: %w", name, err)
+	}
+	if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete link %s: %w", name, err)
+	}
+	return nil
+}
+
+func ipNet(a netip.Addr, bits int) *net.IPNet {
+	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(bits, 32)}
+}
+
+// hostAddrs lists the IPv4 addresses on the host's interfaces, so that a
+// /30 left behind by another process is never handed out twice.
+func hostAddrs() map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return out
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok {
+			out[ip] = true
+		}
+	}
+	return out
+}

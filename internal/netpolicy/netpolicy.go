@@ -1,0 +1,149 @@
+package netpolicy
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/moatsh/moat/internal/errdefs"
+)
+
+// Net is the network of one sandbox.
+type Net struct {
+	ID          string
+	NSPath      string     // bind-mounted network namespace, for the OCI spec's network namespace path
+	HostIf      string     // host side of the veth pair
+	HostAddr    netip.Addr // host side address: the sandbox's default gateway
+	SandboxAddr netip.Addr // address of eth0 inside the sandbox
+	Prefix      int        // prefix length of both addresses (30)
+	Internet    bool       // egress to the internet is allowed
+}
+
+// Option changes a Manager's naming scope. Tests use a scope of their own so
+// they never touch a running server's objects.
+type Option func(*options)
+
+type options struct {
+	table       string
+	netnsPrefix string
+	ifPrefix    string
+	subnet      netip.Prefix
+}
+
+func defaultOptions() options {
+	return options{
+		table:       "moat",
+		netnsPrefix: "moat-",
+		ifPrefix:    "mh",
+		subnet:      netip.MustParsePrefix("10.200.0.0/16"),
+	}
+}
+
+// WithScope names every object differently: nftables table, netns name prefix
+// ("<table>-"), host interface prefix (two characters) and the IPv4 subnet the
+// /30s are cut from.
+func WithScope(table, ifPrefix string, subnet netip.Prefix) Option {
+	return func(o *options) {
+		o.table = table
+		o.netnsPrefix = table + "-"
+		o.ifPrefix = ifPrefix
+		o.subnet = subnet.Masked()
+	}
+}
+
+// ifnameIDLen is how much of the ID goes into an interface name: IFNAMSIZ is
+// 16 including the NUL, and the prefix takes 2.
+const ifnameIDLen = 12
+
+// validID reports whether id can name host objects.
+func validID(id string) error {
+	if id == "" || len(id) > 64 {
+		return fmt.Errorf("sandbox id %q: length must be 1..64: %w", id, errdefs.ErrInvalidArgument)
+	}
+	for _, c := range id {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return fmt.Errorf("sandbox id %q: only [a-z0-9] allowed: %w", id, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+func (o *options) hostIf(id string) string {
+	if len(id) > ifnameIDLen {
+		id = id[:ifnameIDLen]
+	}
+	return o.ifPrefix + id
+}
+
+func (o *options) netnsName(id string) string { return o.netnsPrefix + id }
+
+// allocator hands out /30 slots of a subnet. Not safe for concurrent use.
+type allocator struct {
+	subnet netip.Prefix
+	byID   map[string]int
+	bySlot map[int]string
+	next   int
+}
+
+func newAllocator(subnet netip.Prefix) *allocator {
+	return &allocator{subnet: subnet, byID: map[string]int{}, bySlot: map[int]string{}}
+}
+
+func (a *allocator) size() int {
+	if a.subnet.Bits() > 30 {
+		return 0
+	}
+	return 1 << (30 - a.subnet.Bits())
+}
+
+// alloc reserves a free slot for id, round-robin so a freed slot is not reused
+// at once (stale conntrack entries and ARP caches age out first). Slots for
+// which taken reports true (addresses already on the host) are skipped.
+func (a *allocator) alloc(id string, taken func(slot int) bool) (int, error) {
+	if _, ok := a.byID[id]; ok {
+		return 0, fmt.Errorf("network for sandbox %s: %w", id, errdefs.ErrAlreadyExists)
+	}
+	n := a.size()
+	for i := 0; i < n; i++ {
+		s := (a.next + i) % n
+		if _, used := a.bySlot[s]; !used && (taken == nil || !taken(s)) {
+			a.claim(id, s)
+			a.next = (s + 1) % n
+			return s, nil
+		}
+	}
+	return 0, fmt.Errorf("no free /30 in %s: %w", a.subnet, errdefs.ErrResourceExhausted)
+}
+
+func (a *allocator) claim(id string, slot int) {
+	a.byID[id] = slot
+	a.bySlot[slot] = id
+}
+
+func (a *allocator) free(id string) {
+	if s, ok := a.byID[id]; ok {
+		delete(a.byID, id)
+		delete(a.bySlot, s)
+	}
+}
+
+// addrs returns the host and sandbox addresses of slot.
+func (a *allocator) addrs(slot int) (host, sandbox netip.Addr) {
+	b := a.subnet.Addr().As4()
+	base := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	base += uint32(slot) * 4
+	mk := func(v uint32) netip.Addr {
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	}
+	return mk(base + 1), mk(base + 2)
+}
+
+// slotOf is the inverse of addrs for either address; ok is false outside the subnet.
+func (a *allocator) slotOf(addr netip.Addr) (int, bool) {
+	if !addr.Is4() || !a.subnet.Contains(addr) {
+		return 0, false
+	}
+	b, s := addr.As4(), a.subnet.Addr().As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	base := uint32(s[0])<<24 | uint32(s[1])<<16 | uint32(s[2])<<8 | uint32(s[3])
+	return int((v - base) / 4), true
+}

@@ -1,0 +1,216 @@
+package netpolicy
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+const allowedSet = "allowed"
+
+// blockedV4 are destinations a sandbox never reaches, even with internet
+// access: the host's own networks, loopback, link-local (cloud metadata at
+// 169.254.169.254), CGNAT, multicast and reserved.
+var blockedV4 = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("224.0.0.0/3"),
+}
+
+// ifnameKey is an interface name as nftables compares it: IFNAMSIZ bytes, NUL padded.
+func ifnameKey(name string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return b
+}
+
+func (m *Manager) table() *nftables.Table {
+	return &nftables.Table{Family: nftables.TableFamilyINet, Name: m.o.table}
+}
+
+// installTable (re)creates the table atomically, keeping the members of the
+// "allowed" set so that a restarted server does not cut running sandboxes off.
+func (m *Manager) installTable() error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	var keep []nftables.SetElement
+	if old, err := c.ListTableOfFamily(m.o.table, nftables.TableFamilyINet); err == nil {
+		if s, err := c.GetSetByName(old, allowedSet); err == nil {
+			elems, err := c.GetSetElements(s)
+			if err != nil {
+				return fmt.Errorf("nftables: read set %s: %w", allowedSet, err)
+			}
+			for _, e := range elems {
+				keep = append(keep, nftables.SetElement{Key: e.Key})
+			}
+		}
+		c.DelTable(old)
+	}
+	t := c.AddTable(m.table())
+	set := &nftables.Set{Table: t, Name: allowedSet, KeyType: nftables.TypeIFName}
+	if err := c.AddSet(set, keep); err != nil {
+		return fmt.Errorf("nftables: add set: %w", err)
+	}
+	accept := nftables.ChainPolicyAccept
+	input := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	forward := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
+
+	iif := m.ifMatch(expr.MetaKeyIIFNAME, expr.CmpOpEq)
+	oif := m.ifMatch(expr.MetaKeyOIFNAME, expr.CmpOpEq)
+	add := func(ch *nftables.Chain, exprs ...[]expr.Any) {
+		var all []expr.Any
+		for _, e := range exprs {
+			all = append(all, e...)
+		}
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: all})
+	}
+	// input: a sandbox only gets answers.
+	add(input, iif, ctEstablished(), verdict(expr.VerdictAccept))
+	add(input, iif, verdict(expr.VerdictDrop))
+	// forward.
+	add(forward, iif, oif, verdict(expr.VerdictDrop))
+	add(forward, oif, ctEstablished(), verdict(expr.VerdictAccept))
+	add(forward, oif, verdict(expr.VerdictDrop))
+	for _, p := range blockedV4 {
+		add(forward, iif, ipv4(), daddrIn(p), verdict(expr.VerdictDrop))
+	}
+	add(forward, iif, ipv4(), []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+	}, verdict(expr.VerdictAccept))
+	add(forward, iif, verdict(expr.VerdictDrop))
+	// postrouting: masquerade what leaves the subnet for the outside.
+	add(post, ipv4(), saddrIn(m.o.subnet), m.ifMatch(expr.MetaKeyOIFNAME, expr.CmpOpNeq),
+		[]expr.Any{&expr.Masq{}})
+
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: install table inet %s: %w", m.o.table, err)
+	}
+	return nil
+}
+
+// deleteTable removes the table; a missing table is not an error.
+func (m *Manager) deleteTable() error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	t, err := c.ListTableOfFamily(m.o.table, nftables.TableFamilyINet)
+	if err != nil {
+		return nil
+	}
+	c.DelTable(t)
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: delete table inet %s: %w", m.o.table, err)
+	}
+	return nil
+}
+
+// allowedIfs lists the members of the "allowed" set.
+func (m *Manager) allowedIfs() (map[string]bool, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	s, err := c.GetSetByName(m.table(), allowedSet)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: set %s: %w", allowedSet, err)
+	}
+	elems, err := c.GetSetElements(s)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: read set %s: %w", allowedSet, err)
+	}
+	out := map[string]bool{}
+	for _, e := range elems {
+		out[unix.ByteSliceToString(e.Key)] = true
+	}
+	return out, nil
+}
+
+// setAllowed adds ifname to, or removes it from, the "allowed" set. Removing
+// an absent name succeeds.
+func (m *Manager) setAllowed(ifname string, allow bool) error {
+	if !allow {
+		have, err := m.allowedIfs()
+		if err != nil || !have[ifname] {
+			return err
+		}
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	s := &nftables.Set{Table: m.table(), Name: allowedSet, KeyType: nftables.TypeIFName}
+	elems := []nftables.SetElement{{Key: ifnameKey(ifname)}}
+	if allow {
+		err = c.SetAddElements(s, elems)
+	} else {
+		err = c.SetDeleteElements(s, elems)
+	}
+	if err == nil {
+		err = c.Flush()
+	}
+	if err != nil {
+		return fmt.Errorf("nftables: update set %s with %s: %w", allowedSet, ifname, err)
+	}
+	return nil
+}
+
+// ifMatch compares the interface name's prefix (a wildcard "mh*").
+func (m *Manager) ifMatch(key expr.MetaKey, op expr.CmpOp) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: op, Register: 1, Data: []byte(m.o.ifPrefix)},
+	}
+}
+
+func ctEstablished() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+func ipv4() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+	}
+}
+
+func daddrIn(p netip.Prefix) []expr.Any { return v4In(16, p) }
+func saddrIn(p netip.Prefix) []expr.Any { return v4In(12, p) }
+
+// v4In matches the IPv4 header's address at offset against prefix p.
+func v4In(offset uint32, p netip.Prefix) []expr.Any {
+	mask := make([]byte, 4)
+	for i := 0; i < p.Bits(); i++ {
+		mask[i/8] |= 0x80 >> (i % 8)
+	}
+	a := p.Masked().Addr().As4()
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+	}
+}
+
+func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }

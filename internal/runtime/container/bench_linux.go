@@ -1,0 +1,62 @@
+package container
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// BareRun times one foreground `runc run` of args in rootfsDir (read-only,
+// no overlay, no cgroup limits, no seccomp, a fresh empty netns): the floor
+// any container create→first-command path is measured against. It needs root
+// and runc; the bundle and state live in a temporary directory removed after.
+func BareRun(ctx context.Context, rootfsDir string, args ...string) (time.Duration, error) {
+	abs, err := filepath.Abs(rootfsDir)
+	if err != nil {
+		return 0, fmt.Errorf("bare run: %w", err)
+	}
+	tmp, err := os.MkdirTemp("", "moat-bare-")
+	if err != nil {
+		return 0, fmt.Errorf("bare run: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	spec := &specs.Spec{
+		Version: ociVersion,
+		Root:    &specs.Root{Path: abs, Readonly: true},
+		Process: &specs.Process{
+			Args: args, Cwd: "/", Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
+			Capabilities: &specs.LinuxCapabilities{Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps},
+		},
+		Hostname: "bare",
+		Mounts:   defaultMounts(),
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.MountNamespace}, {Type: specs.PIDNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.NetworkNamespace},
+			},
+		},
+	}
+	if err := writeJSON(filepath.Join(tmp, "config.json"), spec); err != nil {
+		return 0, fmt.Errorf("bare run: %w", err)
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	var out strings.Builder
+	cmd := exec.CommandContext(ctx, "runc", "--root", filepath.Join(tmp, "state"), "run", "--bundle", tmp, "bare-"+hex.EncodeToString(b))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err = cmd.Run()
+	d := time.Since(start)
+	if err != nil {
+		return d, fmt.Errorf("bare run %v: %w: %s", args, err, strings.TrimSpace(out.String()))
+	}
+	return d, nil
+}

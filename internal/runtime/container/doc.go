@@ -1,0 +1,17 @@
+// Package container is the "container" runtime backend: each sandbox is an
+// OCI container (crun or runc) on an overlayfs copy-on-write view of the
+// template root filesystem, in its own network namespace from netpolicy, with
+// cgroup limits, a Docker-like capability set, no_new_privs and a seccomp
+// denylist. It shares the host kernel: the fastest and weakest isolation level.
+//
+// Host objects per sandbox, all named after its ID:
+//
+//	<DataDir>/sandboxes/<id>/{upper,work,rootfs,config.json,envd.log,pid}
+//	overlay mount on …/rootfs
+//	container "moat-<id>" in the OCI state root (default /run/moat/<runc|crun>)
+//	cgroups /sys/fs/cgroup/<controller>/moat/<id>
+//	netns, veth and nftables set member (see netpolicy)
+//
+// Pause and Resume use the cgroup freezer: CRIU cannot checkpoint on the
+// kernels we run, so a paused container keeps its memory.
+package container

@@ -1,0 +1,264 @@
+package container
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/moatsh/moat/internal/runtime"
+)
+
+func TestLifecycle(t *testing.T) {
+	requireRuntime(t)
+	for _, oci := range ociRuntimes(t) {
+		t.Run(oci, func(t *testing.T) {
+			r := newTestRuntime(t, oci)
+			ctx := context.Background()
+			start := time.Now()
+			h := create(t, r, runtime.Spec{MemoryMiB: 128, Pids: 32, VCPUs: 1, TemplateID: "test"})
+			code, _, err := get(h, "health", nil, 2*time.Second)
+			if err != nil || code != 204 {
+				t.Fatalf("health: %d, %v", code, err)
+			}
+			t.Logf("%s: create → health 204 in %v", oci, time.Since(start))
+			if h.PID == 0 || h.Runtime != Name {
+				t.Errorf("handle = %+v", h)
+			}
+
+			cg := filepath.Join(cgroupRoot, "memory", testCgroups, h.ID)
+			checks := map[string]string{
+				filepath.Join(cg, "memory.limit_in_bytes"):                              fmt.Sprint(128 << 20),
+				filepath.Join(cgroupRoot, "pids", testCgroups, h.ID, "pids.max"):        "32",
+				filepath.Join(cgroupRoot, "cpu", testCgroups, h.ID, "cpu.cfs_quota_us"): "100000",
+			}
+			for p, want := range checks {
+				if got := readFile(t, p); got != want {
+					t.Errorf("%s = %s, want %s", p, got, want)
+				}
+			}
+			st, err := r.Stats(ctx, h.ID)
+			if err != nil || st.MemoryLimit != 128<<20 || st.Pids < 1 || st.MemoryBytes == 0 {
+				t.Errorf("stats = %+v, %v", st, err)
+			}
+
+			// The pids limit holds: 40 background sleeps cannot all fork.
+			out, _ := execIn(r, h.ID, "sh", "-c", "for i in $(seq 1 40); do sleep 2 & done; echo spawned")
+			if !strings.Contains(out, "fork") {
+				t.Errorf("40 processes under pids.max=32 all started: %q", out)
+			}
+			if cur, _ := readUint(filepath.Join(cgroupRoot, "pids", testCgroups, h.ID, "pids.current")); cur > 32 {
+				t.Errorf("pids.current = %d > 32", cur)
+			}
+
+			if err := r.Pause(ctx, h.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := get(h, "health", nil, 300*time.Millisecond); err == nil {
+				t.Error("paused sandbox answered")
+			}
+			if !r.Alive(ctx, h.ID) {
+				t.Error("paused sandbox not alive")
+			}
+			if err := r.Resume(ctx, h.ID); err != nil {
+				t.Fatal(err)
+			}
+			if code, _, err := get(h, "health", nil, 2*time.Second); err != nil || code != 204 {
+				t.Fatalf("health after resume: %d, %v", code, err)
+			}
+
+			killAndCheck(t, r, h)
+			if r.Alive(ctx, h.ID) {
+				t.Error("alive after kill")
+			}
+			if err := r.Pause(ctx, h.ID); err == nil {
+				t.Error("pause after kill succeeded")
+			}
+		})
+	}
+}
+
+// killAndCheck kills h twice and checks that no host object named after it remains.
+func killAndCheck(t *testing.T, r *Runtime, h *runtime.Handle) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if err := r.Kill(ctx, h.ID); err != nil {
+			t.Fatalf("kill #%d: %v", i+1, err)
+		}
+	}
+	assertGone(t, r, h.ID, h.PID)
+}
+
+func assertGone(t *testing.T, r *Runtime, id string, pid int) {
+	t.Helper()
+	if pid > 0 {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(cmd), "envd") {
+				t.Errorf("envd pid %d still running", pid)
+			}
+		}
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), id) {
+		t.Errorf("mount of %s left in mountinfo", id)
+	}
+	if _, err := os.Stat("/run/netns/" + testScope + "-" + id); !os.IsNotExist(err) {
+		t.Errorf("netns of %s left (%v)", id, err)
+	}
+	if _, err := netlink.LinkByName("tc" + id[:12]); err == nil {
+		t.Errorf("veth of %s left", id)
+	}
+	if m, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", testCgroups, id)); len(m) > 0 {
+		t.Errorf("cgroups left: %v", m)
+	}
+	if _, err := os.Stat(r.dir(id)); !os.IsNotExist(err) {
+		t.Errorf("sandbox dir left (%v)", err)
+	}
+	if _, err := r.oci.state(context.Background(), r.containerName(id)); err == nil {
+		t.Errorf("container %s still known to %s", id, r.oci.name)
+	}
+}
+
+func TestRecover(t *testing.T) {
+	r1 := newTestRuntime(t, "")
+	ctx := context.Background()
+	keep := create(t, r1, runtime.Spec{})
+	orphan := create(t, r1, runtime.Spec{})
+	// A leftover directory with a mounted overlay and no container.
+	stray := newID()
+	dir := r1.dir(stray)
+	for _, d := range []string{"upper", "work", "rootfs"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mountOverlay(testRootfs, dir); err != nil {
+		t.Fatal(err)
+	}
+
+	// A restarted server: a fresh Runtime over the same state.
+	r2, err := New(ctx, runtime.Config{DataDir: r1.dataDir, Logger: r1.log},
+		WithOCIRuntime(r1.oci.name), WithStateRoot(r1.oci.root), WithCgroupParent(testCgroups), WithNetwork(r1.net))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := r2.Recover(ctx, []string{keep.ID, stray})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 1 || hs[0].ID != keep.ID || hs[0].Addr != keep.Addr || hs[0].PID != keep.PID {
+		t.Fatalf("recovered %+v, want %+v", hs, keep)
+	}
+	assertGone(t, r2, orphan.ID, orphan.PID)
+	assertGone(t, r2, stray, 0)
+	if code, _, err := get(keep, "health", nil, 2*time.Second); err != nil || code != 204 {
+		t.Fatalf("adopted sandbox: %d, %v", code, err)
+	}
+	killAndCheck(t, r2, keep)
+}
+
+// BenchmarkCreateToHealth measures Create (which waits for envd's port) plus
+// the first GET /health; Kill is outside the timer.
+func BenchmarkCreateToHealth(b *testing.B) {
+	r := newTestRuntime(b, "")
+	ctx := context.Background()
+	var ds []time.Duration
+	for i := 0; i < b.N; i++ {
+		id := newID()
+		start := time.Now()
+		h, err := r.Create(ctx, runtime.Spec{ID: id, RootfsDir: testRootfs, MemoryMiB: 256, Pids: 256, VCPUs: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if code, _, err := get(h, "health", nil, 2*time.Second); err != nil || code != 204 {
+			b.Fatalf("health: %d, %v", code, err)
+		}
+		ds = append(ds, time.Since(start))
+		b.StopTimer()
+		if err := r.Kill(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	reportMedian(b, ds)
+}
+
+// BenchmarkBareRuncTrue is the baseline: a bare `runc run` of /bin/true.
+func BenchmarkBareRuncTrue(b *testing.B) {
+	requireRuntime(b)
+	var ds []time.Duration
+	for i := 0; i < b.N; i++ {
+		d, err := BareRun(context.Background(), testRootfs, "/bin/true")
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	reportMedian(b, ds)
+}
+
+func reportMedian(b *testing.B, ds []time.Duration) {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "median-ms")
+}
+
+func TestKillPausedAndConcurrent(t *testing.T) {
+	r := newTestRuntime(t, "")
+	ctx := context.Background()
+	const n = 4
+	hs := make([]*runtime.Handle, n)
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			h, err := r.Create(ctx, runtime.Spec{ID: newID(), RootfsDir: testRootfs, AllowInternet: i%2 == 0, MemoryMiB: 64})
+			hs[i] = h
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, h := range hs {
+		if h == nil {
+			continue
+		}
+		t.Cleanup(func() { _ = r.Kill(ctx, h.ID) })
+		if seen[h.Addr.String()] {
+			t.Errorf("address %s handed out twice", h.Addr)
+		}
+		seen[h.Addr.String()] = true
+		if code, _, err := get(h, "health", nil, 2*time.Second); err != nil || code != 204 {
+			t.Errorf("%s health: %d %v", h.ID, code, err)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	if err := r.Pause(ctx, hs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	// Concurrent kills, one of them of a paused sandbox, each ID twice.
+	done := make(chan error, 2*n)
+	for _, h := range hs {
+		for j := 0; j < 2; j++ {
+			go func() { done <- r.Kill(ctx, h.ID) }()
+		}
+	}
+	for i := 0; i < 2*n; i++ {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	for _, h := range hs {
+		assertGone(t, r, h.ID, h.PID)
+	}
+}

@@ -1,0 +1,104 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/runtime"
+)
+
+// Recover implements runtime.Runtime. It adopts containers in live that are
+// running or paused, and removes every other sandbox it can find by name:
+// containers in its OCI state root, directories (and their overlay mounts)
+// under <DataDir>/sandboxes, and netns/veths/nft members via netpolicy.
+func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle, error) {
+	want := map[string]bool{}
+	for _, id := range live {
+		want[id] = true
+	}
+	var errs []error
+	states, err := r.oci.list(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("recover: %w", err)
+	}
+	kept := map[string]int{} // id → pid
+	orphans := map[string]bool{}
+	for _, st := range states {
+		id, ok := strings.CutPrefix(st.ID, "moat-")
+		if !ok || validID(id) != nil {
+			continue
+		}
+		if want[id] && (st.Status == "running" || st.Status == "paused") {
+			kept[id] = st.PID
+			continue
+		}
+		orphans[id] = true
+	}
+	for _, o := range r.others {
+		errs = append(errs, r.removeForeign(ctx, o, orphans))
+	}
+	entries, err := os.ReadDir(filepath.Join(r.dataDir, "sandboxes"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("recover: %w", err))
+	}
+	for _, e := range entries {
+		if _, ok := kept[e.Name()]; !ok && validID(e.Name()) == nil {
+			orphans[e.Name()] = true
+		}
+	}
+	for id := range orphans {
+		r.log.InfoContext(ctx, "removing orphaned sandbox", "sandbox", id)
+		errs = append(errs, r.Kill(ctx, id))
+	}
+	keptIDs := make([]string, 0, len(kept))
+	for id := range kept {
+		keptIDs = append(keptIDs, id)
+	}
+	if err := r.net.Recover(ctx, keptIDs); err != nil {
+		errs = append(errs, fmt.Errorf("recover network: %w", err))
+	}
+	var handles []*runtime.Handle
+	for _, id := range keptIDs {
+		n, ok := r.net.Lookup(id)
+		if !ok {
+			errs = append(errs, fmt.Errorf("recover sandbox %s: no network, removing it", id), r.Kill(ctx, id))
+			continue
+		}
+		h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: kept[id]}
+		b := r.box(id)
+		b.mu.Lock()
+		b.handle, b.created = h, true
+		r.pushAll(ctx, id, &b.undo)
+		b.mu.Unlock()
+		handles = append(handles, h)
+	}
+	r.log.InfoContext(ctx, "recovered", "adopted", len(handles), "removed", len(orphans))
+	return handles, errors.Join(errs...)
+}
+
+// removeForeign deletes Moat containers that the other OCI runtime holds
+// (the server ran with it before) and marks their IDs as orphans.
+func (r *Runtime) removeForeign(ctx context.Context, o *oci, orphans map[string]bool) error {
+	states, err := o.list(ctx)
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	var errs []error
+	for _, st := range states {
+		id, ok := strings.CutPrefix(st.ID, "moat-")
+		if !ok || validID(id) != nil {
+			continue
+		}
+		r.log.InfoContext(ctx, "removing container of the other OCI runtime", "sandbox", id, "oci", o.name)
+		if _, err := o.run(ctx, "delete", "-f", st.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			errs = append(errs, err)
+		}
+		orphans[id] = true
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,160 @@
+package container
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moatsh/moat/internal/runtime"
+)
+
+// mountOverlay mounts the template (read-only lower layer) with the
+// sandbox's upper and work dirs on <dir>/rootfs.
+func mountOverlay(lower, dir string) error {
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s",
+		lower, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
+	if err := unix.Mount("overlay", filepath.Join(dir, "rootfs"), "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mount overlay %s: %w", opts, err)
+	}
+	return nil
+}
+
+// unmountRootfs unmounts <dir>/rootfs, lazily when busy; not mounted is fine.
+func unmountRootfs(dir string) error {
+	p := filepath.Join(dir, "rootfs")
+	for i := 0; i < 3; i++ {
+		err := unix.Unmount(p, 0)
+		switch {
+		case err == nil:
+			continue // stacked mounts: unmount until EINVAL
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+			return nil
+		case errors.Is(err, unix.EBUSY):
+			time.Sleep(10 * time.Millisecond)
+			if i == 2 {
+				if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+					return fmt.Errorf("lazy unmount %s: %w", p, err)
+				}
+				return nil
+			}
+		default:
+			return fmt.Errorf("unmount %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// removeDir deletes the sandbox directory, refusing while rootfs is still a
+// mount point (RemoveAll would otherwise walk into the template).
+func removeDir(dir string) error {
+	if mounted, _ := isMountPoint(filepath.Join(dir, "rootfs")); mounted {
+		return fmt.Errorf("remove %s: rootfs still mounted", dir)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// isMountPoint reports whether p is a mount point in /proc/self/mountinfo.
+func isMountPoint(p string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && unescapeMount(fields[4]) == p {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+func unescapeMount(s string) string {
+	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+}
+
+// writeEtc puts /etc/hosts, /etc/hostname and /etc/resolv.conf in the upper dir.
+func writeEtc(upper string, spec runtime.Spec, addr netip.Addr) error {
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = "sandbox"
+	}
+	etc := filepath.Join(upper, "etc")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		return err
+	}
+	files := map[string]string{
+		"hosts":       fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", addr, hostname),
+		"hostname":    hostname + "\n",
+		"resolv.conf": resolvConf(),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
+			return fmt.Errorf("write /etc/%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// resolvConf uses the host's public nameservers; private, loopback and
+// link-local ones are unreachable from a sandbox, so public resolvers replace them.
+func resolvConf() string {
+	var ns []string
+	if b, err := os.ReadFile("/etc/resolv.conf"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 2 && f[0] == "nameserver" {
+				if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() && a.IsGlobalUnicast() && !a.IsPrivate() {
+					ns = append(ns, a.String())
+				}
+			}
+		}
+	}
+	if len(ns) == 0 {
+		ns = []string{"1.1.1.1", "8.8.8.8"}
+	}
+	var b strings.Builder
+	for _, a := range ns {
+		b.WriteString("nameserver " + a + "\n")
+	}
+	return b.String()
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "\t")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// readTail returns up to n bytes from the end of a file.
+func readTail(path string, n int64) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > n {
+		_, _ = f.Seek(-n, io.SeekEnd)
+	}
+	b, err := io.ReadAll(f)
+	return string(bytes.TrimSpace(b)), err
+}

@@ -1,0 +1,371 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/netpolicy"
+	"github.com/moatsh/moat/internal/runtime"
+)
+
+// Name is the backend's registered name.
+const Name = "container"
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+func init() {
+	runtime.Register(Name, func(ctx context.Context, cfg runtime.Config) (runtime.Runtime, error) {
+		return New(ctx, cfg)
+	})
+}
+
+// Option configures a Runtime beyond runtime.Config.
+type Option func(*options)
+
+type options struct {
+	ociName      string // "", "runc" or "crun"
+	stateRoot    string
+	cgroupParent string
+	net          *netpolicy.Manager
+	readyTimeout time.Duration
+}
+
+// WithOCIRuntime forces "runc" or "crun", like the MOAT_OCI_RUNTIME variable;
+// "" keeps the variable's choice or the probe's.
+func WithOCIRuntime(name string) Option {
+	return func(o *options) {
+		if name != "" {
+			o.ociName = name
+		}
+	}
+}
+
+// WithStateRoot sets the OCI runtime's --root directory.
+func WithStateRoot(dir string) Option { return func(o *options) { o.stateRoot = dir } }
+
+// WithCgroupParent sets the cgroup under which sandboxes live ("/moat").
+func WithCgroupParent(p string) Option { return func(o *options) { o.cgroupParent = p } }
+
+// WithNetwork uses m for sandbox networks instead of a default-scoped Manager.
+func WithNetwork(m *netpolicy.Manager) Option { return func(o *options) { o.net = m } }
+
+// WithReadyTimeout bounds how long Create waits for envd to accept connections.
+func WithReadyTimeout(d time.Duration) Option { return func(o *options) { o.readyTimeout = d } }
+
+// Runtime runs sandboxes as OCI containers. Safe for concurrent use.
+type Runtime struct {
+	log     *slog.Logger
+	dataDir string
+	o       options
+	oci     *oci
+	others  []*oci // the other OCI runtime in its default root, for Recover only
+	net     *netpolicy.Manager
+
+	mu    sync.Mutex
+	boxes map[string]*sandbox // guarded by mu
+}
+
+// sandbox is one container's bookkeeping.
+type sandbox struct {
+	mu      sync.Mutex // serialises Create/Kill of the same ID
+	undo    cleanups   // guarded by mu
+	handle  *runtime.Handle
+	created bool // guarded by mu
+}
+
+// New probes the host, picks the OCI runtime and installs the network policy.
+func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
+	o := options{ociName: os.Getenv("MOAT_OCI_RUNTIME"), cgroupParent: "/moat", readyTimeout: 10 * time.Second}
+	for _, f := range opts {
+		f(&o)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("runtime", Name)
+	if cfg.DataDir == "" {
+		return nil, fmt.Errorf("container runtime: empty data dir: %w", errdefs.ErrInvalidArgument)
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("container runtime: needs root (namespaces, cgroups, mounts): %w", errdefs.ErrPermissionDenied)
+	}
+	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o, boxes: map[string]*sandbox{}}
+	probeRoot := o.stateRoot
+	if probeRoot == "" {
+		probeRoot = "/run/moat"
+	}
+	oc, err := pickOCI(ctx, log, o.ociName, probeRoot)
+	if err != nil {
+		return nil, fmt.Errorf("container runtime: %w", err)
+	}
+	if o.stateRoot == "" {
+		oc.root = filepath.Join("/run/moat", oc.name)
+		r.others = otherOCIs(oc)
+	}
+	r.oci = oc
+	r.net = o.net
+	if r.net == nil {
+		if r.net, err = netpolicy.New(log); err != nil {
+			return nil, fmt.Errorf("container runtime: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return Name }
+
+// OCIRuntime is the OCI binary in use: "runc" or "crun".
+func (r *Runtime) OCIRuntime() string { return r.oci.name }
+
+func (r *Runtime) containerName(id string) string { return "moat-" + id }
+func (r *Runtime) dir(id string) string           { return filepath.Join(r.dataDir, "sandboxes", id) }
+func (r *Runtime) cgroupsPath(id string) string   { return r.o.cgroupParent + "/" + id }
+
+// box returns the bookkeeping entry of id, creating it.
+func (r *Runtime) box(id string) *sandbox {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.boxes[id]
+	if !ok {
+		b = &sandbox{}
+		r.boxes[id] = b
+	}
+	return b
+}
+
+func (r *Runtime) forget(id string, b *sandbox) {
+	r.mu.Lock()
+	if r.boxes[id] == b {
+		delete(r.boxes, id)
+	}
+	r.mu.Unlock()
+}
+
+// Create implements runtime.Runtime: overlay, network, bundle, `run -d`, then
+// it waits until envd accepts TCP connections. On error everything is undone.
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Handle, retErr error) {
+	if err := validID(spec.ID); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(filepath.Join(spec.RootfsDir, "usr/local/bin/envd")); err != nil || fi.IsDir() {
+		return nil, fmt.Errorf("sandbox %s: template rootfs %q has no /usr/local/bin/envd: %w", spec.ID, spec.RootfsDir, errdefs.ErrInvalidArgument)
+	}
+	id := spec.ID
+	b := r.box(id)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.created {
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrAlreadyExists)
+	}
+	defer func() {
+		if retErr != nil {
+			retErr = errors.Join(retErr, b.undo.run())
+			r.forget(id, b)
+		}
+	}()
+	start := time.Now()
+	n, err := r.prepare(ctx, spec, &b.undo)
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(filepath.Join(r.dir(id), "envd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	defer logf.Close()
+	prepared := time.Now()
+	b.undo.push(func() error { return r.deleteContainer(context.WithoutCancel(ctx), id) })
+	pidFile := filepath.Join(r.dir(id), "pid")
+	if err := r.oci.start(ctx, r.dir(id), r.containerName(id), pidFile, logf); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	pid, err := readPID(pidFile)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: pid}
+	started := time.Now()
+	if err := r.waitReady(ctx, h); err != nil {
+		return nil, err
+	}
+	b.handle, b.created = h, true
+	r.log.InfoContext(ctx, "sandbox created", "sandbox", id, "addr", h.Addr, "pid", h.PID,
+		"oci", r.oci.name, "took", time.Since(start).Round(time.Microsecond),
+		"prepare", prepared.Sub(start).Round(time.Microsecond), "run", started.Sub(prepared).Round(time.Microsecond),
+		"ready", time.Since(started).Round(time.Microsecond))
+	return h, nil
+}
+
+// prepare builds the bundle: directories, overlay, network, /etc files and
+// config.json, pushing an undo for each.
+func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanups) (*netpolicy.Net, error) {
+	id := spec.ID
+	dir := r.dir(id)
+	if _, err := os.Stat(dir); err == nil {
+		return nil, fmt.Errorf("sandbox %s: %s exists: %w", id, dir, errdefs.ErrAlreadyExists)
+	}
+	// The sandbox dir keeps host users out; inside it, upper becomes the
+	// attributes of the sandbox's "/", which every account must traverse.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	for _, d := range []string{"upper", "work", "rootfs"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", id, err)
+		}
+	}
+	undo.push(func() error { return removeDir(dir) })
+	n, err := r.net.Setup(ctx, id, spec.AllowInternet)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	undo.push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
+	// Written to the upper dir before mounting, never through the template's symlinks.
+	if err := writeEtc(filepath.Join(dir, "upper"), spec, n.SandboxAddr); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	if err := mountOverlay(spec.RootfsDir, dir); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	undo.push(func() error { return unmountRootfs(dir) })
+	if err := writeJSON(filepath.Join(dir, "config.json"), ociSpec(spec, n.NSPath, r.cgroupsPath(id))); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return n, nil
+}
+
+// waitReady polls envd's port until it accepts a connection.
+func (r *Runtime) waitReady(ctx context.Context, h *runtime.Handle) error {
+	ctx, cancel := context.WithTimeout(ctx, r.o.readyTimeout)
+	defer cancel()
+	addr := net.JoinHostPort(h.Addr.String(), strconv.Itoa(envdPort))
+	var d net.Dialer
+	for {
+		dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		c, err := d.DialContext(dctx, "tcp", addr)
+		dcancel()
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			tail, _ := readTail(filepath.Join(r.dir(h.ID), "envd.log"), 2048)
+			return fmt.Errorf("sandbox %s: envd not reachable at %s: %w (envd.log: %q)", h.ID, addr, errors.Join(ctx.Err(), errdefs.ErrUnavailable), tail)
+		case <-time.After(3 * time.Millisecond):
+		}
+	}
+}
+
+// Kill implements runtime.Runtime. It undoes what Create did; for a sandbox
+// this process did not create (after a restart) it removes every object named
+// after id. Idempotent and safe to call concurrently.
+func (r *Runtime) Kill(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	b := r.box(id)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.created {
+		r.pushAll(ctx, id, &b.undo)
+	}
+	err := b.undo.run()
+	b.created = false
+	r.forget(id, b)
+	if err != nil {
+		return fmt.Errorf("kill sandbox %s: %w", id, err)
+	}
+	r.log.InfoContext(ctx, "sandbox killed", "sandbox", id)
+	return nil
+}
+
+// pushAll stacks every by-name undo, in Create's order.
+func (r *Runtime) pushAll(ctx context.Context, id string, undo *cleanups) {
+	ctx = context.WithoutCancel(ctx)
+	dir := r.dir(id)
+	undo.push(func() error { return removeDir(dir) })
+	undo.push(func() error { return r.net.Teardown(ctx, id) })
+	undo.push(func() error { return unmountRootfs(dir) })
+	undo.push(func() error { return r.deleteContainer(ctx, id) })
+}
+
+// deleteContainer kills and deletes the container and removes its cgroups.
+func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
+	name := r.containerName(id)
+	_, _ = r.oci.run(ctx, "kill", name, "KILL")
+	_, err := r.oci.run(ctx, "delete", "-f", name)
+	if errdefs.IsNotFound(err) {
+		err = nil
+	}
+	return errors.Join(err, removeCgroups(r.cgroupsPath(id)))
+}
+
+// Pause implements runtime.Runtime with the cgroup freezer.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	if _, err := r.oci.run(ctx, "pause", r.containerName(id)); err != nil {
+		return fmt.Errorf("pause sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// Resume implements runtime.Runtime.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	if _, err := r.oci.run(ctx, "resume", r.containerName(id)); err != nil {
+		return fmt.Errorf("resume sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// Alive implements runtime.Runtime: the container is running or paused.
+func (r *Runtime) Alive(ctx context.Context, id string) bool {
+	st, err := r.oci.state(ctx, r.containerName(id))
+	return err == nil && (st.Status == "running" || st.Status == "paused")
+}
+
+// Stats implements runtime.Runtime from the sandbox's cgroups.
+func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
+	if err := validID(id); err != nil {
+		return runtime.Stats{}, err
+	}
+	return readStats(r.cgroupsPath(id))
+}
+
+// Close releases the network policy when no sandbox is left (see netpolicy.Manager.Close).
+func (r *Runtime) Close() error { return r.net.Close() }
+
+func validID(id string) error {
+	if id == "" || len(id) > 64 {
+		return fmt.Errorf("sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	for _, c := range id {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return fmt.Errorf("sandbox id %q: only [a-z0-9]: %w", id, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+func readPID(p string) (int, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, fmt.Errorf("read pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("pid file %s: %w", p, err)
+	}
+	return pid, nil
+}

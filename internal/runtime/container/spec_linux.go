@@ -1,0 +1,170 @@
+package container
+
+import (
+	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/moatsh/moat/internal/runtime"
+)
+
+// envdPort is where envd listens inside every sandbox.
+const envdPort = 49983
+
+// defaultCaps is Docker's default capability set. CAP_SYS_ADMIN, CAP_NET_ADMIN,
+// CAP_SYS_PTRACE, CAP_SYS_TIME and the rest are never granted.
+var defaultCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW",
+	"CAP_SYS_CHROOT", "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP",
+}
+
+// deniedSyscalls fail with EPERM. The seccomp default is allow (like Docker's
+// profile in spirit, as a denylist): everything that changes mounts or
+// namespaces, loads kernel code, reaches kernel keyrings, traces other
+// processes or touches host-global state. clock_settime stays allowed (envd
+// calls it in VMs; here it fails anyway without CAP_SYS_TIME).
+var deniedSyscalls = []string{
+	"mount", "umount2", "pivot_root", "unshare", "setns",
+	"fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
+	"ptrace", "process_vm_readv", "process_vm_writev",
+	"keyctl", "add_key", "request_key",
+	"bpf", "perf_event_open", "userfaultfd",
+	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+	"reboot", "swapon", "swapoff", "acct", "iopl", "ioperm",
+	"open_by_handle_at", "name_to_handle_at", "lookup_dcookie", "quotactl", "syslog",
+	"uselib", "ustat", "sysfs", "_sysctl", "vhangup", "nfsservctl",
+}
+
+// nsCloneFlags may not be passed to clone: no new namespaces inside a sandbox.
+var nsCloneFlags = []uint64{
+	unix.CLONE_NEWNS, unix.CLONE_NEWUTS, unix.CLONE_NEWIPC, unix.CLONE_NEWUSER,
+	unix.CLONE_NEWPID, unix.CLONE_NEWNET, unix.CLONE_NEWCGROUP,
+}
+
+func seccompProfile() *specs.LinuxSeccomp {
+	eperm, enosys := uint(unix.EPERM), uint(unix.ENOSYS)
+	s := &specs.LinuxSeccomp{
+		DefaultAction: specs.ActAllow,
+		// Only x86_64: a filter with one architecture makes libseccomp kill
+		// callers of other ABIs (i386 int 0x80, x32), so they cannot bypass it.
+		Architectures: []specs.Arch{specs.ArchX86_64},
+		Syscalls: []specs.LinuxSyscall{
+			{Names: deniedSyscalls, Action: specs.ActErrno, ErrnoRet: &eperm},
+			// clone3 passes flags in memory seccomp cannot read: ENOSYS makes
+			// libc and Go fall back to clone, whose flags are checked below.
+			{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &enosys},
+		},
+	}
+	for _, f := range nsCloneFlags {
+		s.Syscalls = append(s.Syscalls, specs.LinuxSyscall{
+			Names: []string{"clone"}, Action: specs.ActErrno, ErrnoRet: &eperm,
+			Args: []specs.LinuxSeccompArg{{Index: 0, Value: f, ValueTwo: f, Op: specs.OpMaskedEqual}},
+		})
+	}
+	return s
+}
+
+// ociSpec builds the bundle config for a sandbox.
+//
+// Choices worth knowing:
+//   - No user namespace: the template rootfs is owned by host root, and runc
+//     1.1 cannot idmap it; making it work needs a chowned copy per template.
+//     Root inside is host root minus capabilities, seccomp and no_new_privs.
+//   - NoNewPrivileges is true: setuid binaries (sudo, su) inside cannot gain
+//     privileges. envd starts processes as any user itself, so the SDK's
+//     "user" and "root" users both work without sudo.
+func ociSpec(s runtime.Spec, nsPath, cgroupsPath string) *specs.Spec {
+	hostname := s.Hostname
+	if hostname == "" {
+		hostname = "sandbox"
+	}
+	caps := append([]string(nil), defaultCaps...)
+	return &specs.Spec{
+		Version:  ociVersion,
+		Root:     &specs.Root{Path: "rootfs"},
+		Hostname: hostname,
+		Process: &specs.Process{
+			Args: []string{"/usr/local/bin/envd", "--port", "49983"},
+			Env: []string{
+				"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+				"HOME=/root",
+				"MOAT_SANDBOX_ID=" + s.ID,
+				"MOAT_TEMPLATE_ID=" + s.TemplateID,
+			},
+			Cwd:  "/",
+			User: specs.User{UID: 0, GID: 0},
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: caps, Effective: caps, Permitted: caps,
+			},
+			Rlimits:         nofile(),
+			NoNewPrivileges: true,
+		},
+		Mounts: defaultMounts(),
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.MountNamespace}, {Type: specs.PIDNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.CgroupNamespace},
+				{Type: specs.NetworkNamespace, Path: nsPath},
+			},
+			CgroupsPath: cgroupsPath,
+			Resources:   resources(s),
+			MaskedPaths: []string{
+				"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+				"/sys/firmware", "/sys/devices/virtual/powercap",
+			},
+			ReadonlyPaths: []string{
+				"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+			},
+			Seccomp: seccompProfile(),
+		},
+	}
+}
+
+func defaultMounts() []specs.Mount {
+	return []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+	}
+}
+
+func resources(s runtime.Spec) *specs.LinuxResources {
+	r := &specs.LinuxResources{
+		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}, // runtimes add the standard allow list
+	}
+	if s.MemoryMiB > 0 {
+		b := int64(s.MemoryMiB) << 20
+		swap := b // memory+swap = memory: no swap
+		r.Memory = &specs.LinuxMemory{Limit: &b, Swap: &swap}
+	}
+	if s.Pids > 0 {
+		p := int64(s.Pids)
+		r.Pids = &specs.LinuxPids{Limit: &p}
+	}
+	if s.VCPUs > 0 {
+		period := uint64(100000)
+		quota := int64(s.VCPUs) * 100000
+		r.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+	}
+	return r
+}
+
+// ociVersion is the spec version written to config.json: crun 1.8 rejects
+// versions newer than it knows (the Go types are v1.3.0; the fields we use exist in 1.0.2).
+const ociVersion = "1.0.2"
+
+// nofile is RLIMIT_NOFILE for the sandbox: 65536, capped at our own hard
+// limit, which a host without CAP_SYS_RESOURCE cannot raise.
+func nofile() []specs.POSIXRlimit {
+	n := uint64(1 << 16)
+	var cur unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &cur); err == nil && cur.Max < n {
+		n = cur.Max
+	}
+	return []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: n, Soft: n}}
+}

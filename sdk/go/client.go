@@ -1,0 +1,228 @@
+package moat
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// DefaultAPIURL is used when neither MOAT_API_URL nor E2B_API_URL is set.
+const DefaultAPIURL = "http://127.0.0.1:3000"
+
+// Client talks to a Moat server. The zero value is not usable; create one
+// with NewClient and adjust its fields before first use.
+type Client struct {
+	APIURL     string       // REST API base URL
+	SandboxURL string       // base URL of the sandbox proxy (envd); "" = APIURL
+	APIKey     string       // sent as X-API-Key
+	HTTPClient *http.Client // nil = http.DefaultClient
+}
+
+// NewClient returns a client configured from the environment:
+// MOAT_API_URL or E2B_API_URL (default DefaultAPIURL), MOAT_SANDBOX_URL or
+// E2B_SANDBOX_URL (default: the API URL), MOAT_API_KEY or E2B_API_KEY.
+func NewClient() *Client {
+	api := firstEnv("MOAT_API_URL", "E2B_API_URL")
+	if api == "" {
+		api = DefaultAPIURL
+	}
+	return &Client{
+		APIURL:     api,
+		SandboxURL: firstEnv("MOAT_SANDBOX_URL", "E2B_SANDBOX_URL"),
+		APIKey:     firstEnv("MOAT_API_KEY", "E2B_API_KEY"),
+	}
+}
+
+func firstEnv(names ...string) string {
+	for _, n := range names {
+		if v := os.Getenv(n); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTPClient != nil {
+		return c.HTTPClient
+	}
+	return http.DefaultClient
+}
+
+func (c *Client) sandboxURL() string {
+	if c.SandboxURL != "" {
+		return strings.TrimRight(c.SandboxURL, "/")
+	}
+	return strings.TrimRight(c.APIURL, "/")
+}
+
+// do sends a JSON request to the API. in (if not nil) is the body; out (if
+// not nil) receives the decoded answer. Statuses other than want are errors
+// (*APIError).
+func (c *Client) do(ctx context.Context, method, path string, in any, want int, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("%s %s: encode: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.APIURL, "/")+path, body)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	req.Header.Set("X-API-Key", c.APIKey)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "moat-go-sdk")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %w", method, path, ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
+	}
+	if resp.StatusCode != want {
+		if resp.StatusCode/100 == 2 {
+			return fmt.Errorf("%s %s: unexpected status %d (want %d)", method, path, resp.StatusCode, want)
+		}
+		return fmt.Errorf("%s %s: %w", method, path, parseAPIError(resp.StatusCode, b))
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+// CreateOptions configure a new sandbox.
+type CreateOptions struct {
+	Template string            // template ID or name; "" = "base"
+	Timeout  time.Duration     // time to live; 0 = 5 minutes (E2B SDK default)
+	Metadata map[string]string // free-form labels, returned by List
+	EnvVars  map[string]string // environment of every process in the sandbox
+}
+
+// DefaultTemplate and DefaultTimeout apply when CreateOptions leaves them empty.
+const (
+	DefaultTemplate = "base"
+	DefaultTimeout  = 300 * time.Second
+)
+
+// sandboxJSON is the wire form of Sandbox, SandboxDetail and ListedSandbox.
+type sandboxJSON struct {
+	SandboxID       string            `json:"sandboxID"`
+	TemplateID      string            `json:"templateID"`
+	Alias           string            `json:"alias,omitempty"`
+	ClientID        string            `json:"clientID"`
+	EnvdVersion     string            `json:"envdVersion"`
+	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
+	Domain          *string           `json:"domain,omitempty"`
+	StartedAt       time.Time         `json:"startedAt"`
+	EndAt           time.Time         `json:"endAt"`
+	State           string            `json:"state,omitempty"`
+	CPUCount        int               `json:"cpuCount,omitempty"`
+	MemoryMB        int               `json:"memoryMB,omitempty"`
+	DiskSizeMB      int               `json:"diskSizeMB,omitempty"`
+	Metadata        map[string]string `json:"metadata,omitempty"`
+}
+
+func (s sandboxJSON) info() SandboxInfo {
+	return SandboxInfo{
+		ID: s.SandboxID, TemplateID: s.TemplateID, Alias: s.Alias, EnvdVersion: s.EnvdVersion,
+		StartedAt: s.StartedAt, EndAt: s.EndAt, State: s.State, CPUCount: s.CPUCount,
+		MemoryMB: s.MemoryMB, DiskSizeMB: s.DiskSizeMB, Metadata: s.Metadata,
+	}
+}
+
+func (c *Client) sandbox(s sandboxJSON) *Sandbox {
+	return &Sandbox{ID: s.SandboxID, Info: s.info(), AccessToken: s.EnvdAccessToken, client: c}
+}
+
+// CreateSandbox starts a sandbox (POST /sandboxes, secure: envd requires the
+// returned access token). The caller should Kill it when done; otherwise it
+// dies when its timeout expires.
+func (c *Client) CreateSandbox(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
+	if opts.Template == "" {
+		opts.Template = DefaultTemplate
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.Timeout < time.Second {
+		return nil, fmt.Errorf("create sandbox: timeout %s below 1s: %w", opts.Timeout, ErrInvalidArgument)
+	}
+	in := map[string]any{
+		"templateID": opts.Template,
+		"timeout":    int(opts.Timeout / time.Second),
+		"secure":     true,
+	}
+	if opts.Metadata != nil {
+		in["metadata"] = opts.Metadata
+	}
+	if opts.EnvVars != nil {
+		in["envVars"] = opts.EnvVars
+	}
+	var out sandboxJSON
+	if err := c.do(ctx, http.MethodPost, "/sandboxes", in, http.StatusCreated, &out); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	if out.SandboxID == "" {
+		return nil, fmt.Errorf("create sandbox: answer without sandboxID: %w", ErrInternal)
+	}
+	return c.sandbox(out), nil
+}
+
+// GetSandbox returns a running or paused sandbox (GET /sandboxes/{id});
+// ErrNotFound when it does not exist.
+func (c *Client) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
+	var out sandboxJSON
+	if err := c.do(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil, http.StatusOK, &out); err != nil {
+		return nil, fmt.Errorf("get sandbox %s: %w", id, err)
+	}
+	return c.sandbox(out), nil
+}
+
+// ListSandboxes returns the running sandboxes (GET /sandboxes).
+func (c *Client) ListSandboxes(ctx context.Context) ([]SandboxInfo, error) {
+	var out []sandboxJSON
+	if err := c.do(ctx, http.MethodGet, "/sandboxes", nil, http.StatusOK, &out); err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	infos := make([]SandboxInfo, len(out))
+	for i, s := range out {
+		infos[i] = s.info()
+	}
+	return infos, nil
+}
+
+// Kill destroys a sandbox (DELETE /sandboxes/{id}); ErrNotFound when it
+// does not exist (any more).
+func (c *Client) Kill(ctx context.Context, id string) error {
+	if err := c.do(ctx, http.MethodDelete, "/sandboxes/"+url.PathEscape(id), nil, http.StatusNoContent, nil); err != nil {
+		return fmt.Errorf("kill sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// SetTimeout makes the sandbox expire d from now (POST /sandboxes/{id}/timeout).
+func (c *Client) SetTimeout(ctx context.Context, id string, d time.Duration) error {
+	in := map[string]int{"timeout": int(d / time.Second)}
+	if err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/timeout", in, http.StatusNoContent, nil); err != nil {
+		return fmt.Errorf("set timeout of sandbox %s: %w", id, err)
+	}
+	return nil
+}

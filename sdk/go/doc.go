@@ -1,0 +1,14 @@
+// Package moat is the Go client for Moat, the self-hosted, E2B-compatible
+// sandbox platform. It exists so Go programs (and the moat CLI) can create
+// sandboxes and run commands in them without speaking the REST API and the
+// envd Connect protocol by hand.
+//
+//	c := moat.NewClient() // MOAT_API_URL / E2B_API_URL, MOAT_API_KEY / E2B_API_KEY
+//	sb, err := c.CreateSandbox(ctx, moat.CreateOptions{Template: "base"})
+//	if err != nil { ... }
+//	defer sb.Kill(context.WithoutCancel(ctx))
+//	code, err := sb.Run(ctx, "echo hello", moat.RunOptions{Stdout: os.Stdout})
+//
+// The package imports nothing from Moat's internal packages; only the public
+// generated envd contract under api/envd.
+package moat

@@ -1,0 +1,147 @@
+package moat
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/moatsh/moat/api/envd/process"
+	"github.com/moatsh/moat/api/envd/process/processconnect"
+)
+
+// EnvdPort is the port of envd inside every sandbox.
+const EnvdPort = 49983
+
+// SandboxInfo describes a sandbox as the API lists it. Fields the answer did
+// not carry are zero (CreateSandbox answers only IDs and the envd version).
+type SandboxInfo struct {
+	ID          string
+	TemplateID  string
+	Alias       string // template name
+	EnvdVersion string
+	StartedAt   time.Time
+	EndAt       time.Time // when the sandbox expires
+	State       string    // "running" or "paused"
+	CPUCount    int
+	MemoryMB    int
+	DiskSizeMB  int
+	Metadata    map[string]string
+}
+
+// Sandbox is a handle on one sandbox, from CreateSandbox or GetSandbox.
+type Sandbox struct {
+	ID          string
+	Info        SandboxInfo
+	AccessToken string // envd access token (X-Access-Token); "" if none
+
+	client *Client
+}
+
+// Kill destroys the sandbox; see Client.Kill.
+func (s *Sandbox) Kill(ctx context.Context) error {
+	return s.client.Kill(ctx, s.ID)
+}
+
+// RunOptions configure one command.
+type RunOptions struct {
+	Stdout io.Writer         // receives the command's stdout; nil discards it
+	Stderr io.Writer         // receives the command's stderr; nil discards it
+	Envs   map[string]string // extra environment variables
+	Cwd    string            // working directory; "" = the user's home
+	User   string            // account to run as; "" = envd's default
+}
+
+// Run runs cmd with /bin/bash -l -c inside the sandbox, streams its output
+// to opts.Stdout/opts.Stderr and waits for it to end. It returns the exit
+// code (-1 when the process was killed by a signal) with a nil error
+// whenever the command ran, whatever its status; the error is for failures
+// to start or follow it. A ctx deadline is also the process's lifetime:
+// envd kills the command when it passes.
+func (s *Sandbox) Run(ctx context.Context, cmd string, opts RunOptions) (int, error) {
+	pc := processconnect.NewProcessClient(s.client.httpClient(), s.client.sandboxURL(), connect.WithProtoJSON())
+	noStdin := false
+	cfg := &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd}, Envs: opts.Envs}
+	if opts.Cwd != "" {
+		cfg.Cwd = &opts.Cwd
+	}
+	req := connect.NewRequest(&process.StartRequest{Process: cfg, Stdin: &noStdin})
+	s.setEnvdHeaders(req.Header(), opts.User)
+	req.Header().Set("Keepalive-Ping-Interval", "50")
+
+	stream, err := pc.Start(ctx, req)
+	if err != nil {
+		return -1, fromConnect("run: start", err)
+	}
+	defer stream.Close()
+	return consume(stream, opts)
+}
+
+// eventStream is the part of a server stream consume reads.
+type eventStream interface {
+	Receive() bool
+	Msg() *process.StartResponse
+	Err() error
+}
+
+// consume reads process events until the end event.
+func consume(stream eventStream, opts RunOptions) (int, error) {
+	stdout, stderr := orDiscard(opts.Stdout), orDiscard(opts.Stderr)
+	started := false
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		switch {
+		case ev.GetStart() != nil:
+			started = true
+		case ev.GetData() != nil:
+			d := ev.GetData()
+			var err error
+			if b := d.GetStdout(); b != nil {
+				_, err = stdout.Write(b)
+			} else if b := d.GetStderr(); b != nil {
+				_, err = stderr.Write(b)
+			} else if b := d.GetPty(); b != nil {
+				_, err = stdout.Write(b)
+			}
+			if err != nil {
+				return -1, fmt.Errorf("run: write output: %w", err)
+			}
+		case ev.GetEnd() != nil:
+			if !started {
+				return -1, fmt.Errorf("run: end event before start: %w", ErrInternal)
+			}
+			return int(ev.GetEnd().GetExitCode()), nil
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return -1, fromConnect("run", err)
+	}
+	return -1, fmt.Errorf("run: stream ended without an end event: %w", errors.Join(ErrUnavailable, io.ErrUnexpectedEOF))
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// headerSetter is http.Header's Set, for testing without a request.
+type headerSetter interface{ Set(key, value string) }
+
+// setEnvdHeaders adds what the sandbox proxy and envd need on every call.
+func (s *Sandbox) setEnvdHeaders(h headerSetter, user string) {
+	h.Set("E2b-Sandbox-Id", s.ID)
+	h.Set("E2b-Sandbox-Port", strconv.Itoa(EnvdPort))
+	if s.AccessToken != "" {
+		h.Set("X-Access-Token", s.AccessToken)
+	}
+	if user != "" {
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+	}
+}
