@@ -150,6 +150,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, route{id: id, port: port, addr: addr}))
+	// Streaming RPCs write the response while the request body is still
+	// being copied upstream; without full duplex the HTTP/1 server consumes
+	// the rest of the body on the first write and cuts the upstream copy.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	p.rp.ServeHTTP(w, r)
 }
 
