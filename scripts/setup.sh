@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Prepare a Debian 12 host for Moat: install the host packages, build the
+# binaries and the base template. Idempotent: a second run installs nothing,
+# rebuilds only what changed, and reuses the cached template.
+#
+# Environment:
+#   MOAT_DATA_DIR          data dir whose templates/ cache is filled (default /var/lib/moat)
+#   MOAT_SETUP_SKIP_APT=1  do not touch apt at all
+#   MOAT_SETUP_FORCE_APT=1 run apt-get update/install even if everything is present
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+MOAT_DATA_DIR="${MOAT_DATA_DIR:-/var/lib/moat}"
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "run as root (sandboxes need namespaces, cgroups, veths and mounts): sudo $0"
+
+# Host packages. runc is the container runtime; crun is the alternative;
+# mmdebstrap builds the Debian root filesystems; uidmap, nftables, iptables
+# and iproute2 set up users and per-sandbox networks; busybox-static and
+# e2fsprogs are used for template images; procps/psmisc for process checks.
+PACKAGES=(
+  runc crun mmdebstrap debian-archive-keyring uidmap
+  nftables iptables iproute2 busybox-static e2fsprogs
+  curl ca-certificates procps psmisc util-linux make git
+)
+
+if [ "${MOAT_SETUP_SKIP_APT:-0}" != 1 ]; then
+  missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ] || [ "${MOAT_SETUP_FORCE_APT:-0}" = 1 ]; then
+    log "apt-get install ${missing[*]:-${PACKAGES[*]}}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update
+    apt-get install -y --no-install-recommends "${PACKAGES[@]}"
+  else
+    log "host packages present"
+  fi
+fi
+
+# Go builds the binaries; Node runs the SDK end-to-end tests.
+command -v go >/dev/null || die "Go not found on PATH (need the version in go.mod; see https://go.dev/dl/)"
+if command -v node >/dev/null; then
+  node_major="$(node -p 'process.versions.node.split(".")[0]')"
+  [ "$node_major" -ge 20 ] || log "warning: Node $(node --version) is older than 20; the e2e suites need Node >= 20.18"
+else
+  log "warning: node not found; the end-to-end suites (test/e2e) need Node >= 20.18 and npm"
+fi
+
+log "make build"
+make build
+
+log "template build base (data dir $MOAT_DATA_DIR)"
+mkdir -p "$MOAT_DATA_DIR"
+bin/moat template build base --data-dir "$MOAT_DATA_DIR"
+
+log "setup done: bin/moat, bin/envd, template 'base' in $MOAT_DATA_DIR/templates"

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The README's second command: the whole test suite.
+#
+#   1. scripts/setup.sh with MOAT_DATA_DIR=/var/lib/moat-ci (the template
+#      cache for tests; the first run builds it, later runs reuse it)
+#   2. go vet ./... and go test ./... (as root: runtime tests need it)
+#   3. the end-to-end suites in test/e2e with the official e2b npm SDK
+#   4. a final host leak check (no moat containers, netns, veths, mounts left)
+#
+# Environment:
+#   MOAT_CI_DATA_DIR    test data dir (default /var/lib/moat-ci)
+#   MOAT_E2E_SUITES     space-separated suite files to run (default: all *.test.mjs)
+#   MOAT_TEST_SKIP_GO=1 skip go vet / go test
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo="$(pwd)"
+export MOAT_DATA_DIR="${MOAT_CI_DATA_DIR:-/var/lib/moat-ci}"
+export MOAT_E2E_DATA_DIR="$MOAT_DATA_DIR"
+export MOAT_BIN="$repo/bin/moat"
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# Anything this script (or the suites it runs) leaves running is stopped on
+# exit. The suites stop their own servers; this catches the rest by PID.
+started_pids=()
+cleanup() {
+  local rc=$?
+  for pid in "${started_pids[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  # moat serve processes started by the e2e harness are children of node,
+  # which node --test kills on failure; catch survivors that use our data dir.
+  for pid in $(pgrep -f "^$repo/bin/moat serve .*--data-dir $MOAT_DATA_DIR" 2>/dev/null || true); do
+    [ "$pid" = "$$" ] && continue
+    kill -TERM "$pid" 2>/dev/null || true
+    sleep 2
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+failed=()
+
+log "setup (template cache: $MOAT_DATA_DIR/templates)"
+scripts/setup.sh
+
+# The npm SDKs first: some Go tests (internal/app) drive the real e2b SDK too.
+log "npm ci (test/e2e)"
+(cd test/e2e && npm ci --no-audit --no-fund)
+
+if [ "${MOAT_TEST_SKIP_GO:-0}" != 1 ]; then
+  log "go vet ./..."
+  go vet ./... || failed+=("go vet")
+  log "go test ./... -count=1 -timeout 30m"
+  go test ./... -count=1 -timeout 30m || failed+=("go test")
+fi
+
+log "end-to-end suites (test/e2e, e2b $(node -p "require('./test/e2e/package.json').dependencies.e2b"))"
+(
+  cd test/e2e
+  # shellcheck disable=SC2086
+  suites=${MOAT_E2E_SUITES:-$(ls ./*.test.mjs)}
+  node --test --test-concurrency=1 --test-timeout=600000 --test-force-exit $suites
+) || failed+=("e2e")
+
+log "final host leak check"
+leaks="$(
+  {
+    for rt in runc crun; do
+      [ -d "/run/moat/$rt" ] && "$rt" --root "/run/moat/$rt" list 2>/dev/null | grep -F "$MOAT_DATA_DIR/sandboxes/"
+    done
+    ip netns list 2>/dev/null | grep -E '^moat-[a-z0-9]+( |$)'
+    ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^mh' 
+    grep -E "$MOAT_DATA_DIR/sandboxes/" /proc/self/mountinfo
+    [ -d "$MOAT_DATA_DIR/sandboxes" ] && find "$MOAT_DATA_DIR/sandboxes" -mindepth 1 -maxdepth 1
+    find /sys/fs/cgroup -mindepth 2 -maxdepth 3 -type d -path '*/moat/*' 2>/dev/null
+  } || true
+)"
+if [ -n "$leaks" ]; then
+  printf 'leftovers on the host after the suites:\n%s\n' "$leaks" >&2
+  failed+=("leak check")
+fi
+
+if [ "${#failed[@]}" -gt 0 ]; then
+  log "FAILED: ${failed[*]}"
+  exit 1
+fi
+log "all tests passed"

@@ -1,0 +1,260 @@
+// Isolation between sandboxes and between a sandbox and the host, as the
+// container runtime provides it: filesystems, processes, network, and
+// resource exhaustion (rm -rf /, fork bomb, memory hog).
+import { test, before } from 'node:test'
+import assert from 'node:assert/strict'
+import http from 'node:http'
+import { randomUUID } from 'node:crypto'
+import { writeFileSync, existsSync, rmSync, readFileSync, statSync, readdirSync } from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+
+import { useServer, createSandbox, within, sleep, run, hostPrimaryIPv4, moatBin, repoRoot } from './harness.mjs'
+
+const srv = useServer()
+
+let A, B
+before(async () => {
+  ;[A, B] = await Promise.all([createSandbox(null), createSandbox(null)])
+}, { timeout: 240_000 })
+
+// tcpProbe returns the shell snippet that prints CONNECTED if a TCP
+// connection to host:port succeeds within 3 s, using bash only (no curl
+// needed), followed by curl when the template has it.
+function tcpProbe(host, port) {
+  return (
+    `timeout 4 bash -c 'exec 3<>/dev/tcp/${host}/${port} && echo CONNECTED' 2>/dev/null; ` +
+    `command -v curl >/dev/null && curl -s -m 3 http://${host}:${port}/ 2>/dev/null; true`
+  )
+}
+
+// addresses inside a sandbox: own IPv4s (from /proc/net/fib_trie) and the
+// default gateway (from /proc/net/route), without needing iproute2.
+async function sandboxNet(sbx) {
+  const r = await run(sbx, 'cat /proc/net/fib_trie; echo ====; cat /proc/net/route')
+  const [trie, route] = r.stdout.split('====')
+  const own = new Set()
+  const lines = trie.split('\n')
+  for (let i = 0; i < lines.length - 1; i++) {
+    const m = lines[i].match(/\|--\s+(\d+\.\d+\.\d+\.\d+)/)
+    if (m && /host LOCAL/.test(lines[i + 1]) && !m[1].startsWith('127.')) own.add(m[1])
+  }
+  let gateway = null
+  for (const line of route.split('\n').slice(1)) {
+    const f = line.trim().split(/\s+/)
+    if (f[1] === '00000000' && f[2] && f[2] !== '00000000') {
+      const n = parseInt(f[2], 16)
+      gateway = [n & 255, (n >> 8) & 255, (n >> 16) & 255, (n >>> 24) & 255].join('.')
+    }
+  }
+  return { own: [...own], gateway }
+}
+
+function startHostServer(host, token) {
+  return new Promise((resolve, reject) => {
+    const s = http.createServer((req, res) => res.end(token))
+    s.on('error', reject)
+    s.listen(0, host, () => resolve(s))
+  })
+}
+
+test('files: A\'s secret in /tmp is invisible to B', { timeout: 120_000 }, async () => {
+  const secret = randomUUID()
+  await within(30_000, 'write secret', () => A.files.write('/tmp/secret.txt', secret))
+  assert.equal(await within(30_000, 'B exists', () => B.files.exists('/tmp/secret.txt')), false)
+  const r = await run(B, `grep -rs ${secret} /tmp /home /root /var/tmp 2>/dev/null; ls /tmp`, { user: 'root' })
+  assert.ok(!r.stdout.includes(secret), 'B finds A\'s secret')
+})
+
+test('processes: B cannot see A\'s processes', { timeout: 120_000 }, async () => {
+  const marker = `9${Math.floor(Math.random() * 1e6)}`
+  const h = await within(30_000, 'A sleep', () => A.commands.run(`sleep ${marker}`, { background: true }))
+  try {
+    const a = await run(A, 'ps -eo args 2>/dev/null || cat /proc/[0-9]*/cmdline | tr "\\0" " "')
+    assert.ok(a.stdout.includes(`sleep ${marker}`), 'positive control: A sees its own sleep')
+    const b = await run(B, 'ps -eo args 2>/dev/null || cat /proc/[0-9]*/cmdline | tr "\\0" " "', { user: 'root' })
+    assert.ok(!b.stdout.includes(`sleep ${marker}`), `B sees A's process:\n${b.stdout}`)
+    // And not from the PID namespace either: B's process count is small.
+    const n = await run(B, 'ls -d /proc/[0-9]* | wc -l')
+    assert.ok(Number(n.stdout.trim()) < 50, `B sees ${n.stdout.trim()} processes`)
+  } finally {
+    await h.kill().catch(() => {})
+  }
+})
+
+test('a host file is invisible inside', { timeout: 120_000 }, async () => {
+  const name = `moat-e2e-host-${randomUUID()}`
+  const p = path.join(os.tmpdir(), name)
+  writeFileSync(p, 'host secret')
+  try {
+    const r = await run(A, `cat ${p} 2>/dev/null; find / -xdev -name '${name}' 2>/dev/null | head`, { user: 'root' }, 120_000)
+    assert.ok(!r.stdout.includes('host secret') && !r.stdout.includes(name), `host file visible:\n${r.stdout}`)
+    assert.equal(await within(30_000, 'exists', () => A.files.exists(p)), false)
+  } finally {
+    rmSync(p, { force: true })
+  }
+})
+
+test('network: cannot reach host loopback, host addresses, moat serve', { timeout: 180_000 }, async () => {
+  const token = `tok-${randomUUID()}`
+  const loop = await startHostServer('127.0.0.1', token)
+  const any = await startHostServer('0.0.0.0', token)
+  try {
+    const { gateway, own } = await sandboxNet(A)
+    assert.ok(own.length > 0 || gateway === null, 'sandbox has an address or no network at all')
+    const hostIP = hostPrimaryIPv4()
+    const moatPort = srv.external ? Number(new URL(srv.url).port || 80) : srv.server.port
+    const targets = new Set(['127.0.0.1', 'localhost', gateway, hostIP].filter(Boolean))
+    const failures = []
+    for (const host of targets) {
+      for (const [label, port] of [
+        ['host loopback server', loop.address().port],
+        ['host all-interfaces server', any.address().port],
+        ['moat serve', moatPort],
+      ]) {
+        const r = await run(A, tcpProbe(host, port), {}, 30_000)
+        if (r.stdout.includes('CONNECTED') || r.stdout.includes(token) || r.stdout.includes('"code"')) {
+          failures.push(`${label} reachable at ${host}:${port}: ${r.stdout.trim().slice(0, 200)}`)
+        }
+      }
+    }
+    assert.deepEqual(failures, [], `sandbox reached the host (gateway ${gateway}, host ${hostIP}, own ${own})`)
+  } finally {
+    loop.close()
+    any.close()
+  }
+})
+
+test('network: A cannot reach B', { timeout: 180_000 }, async () => {
+  const port = 18000 + Math.floor(Math.random() * 1000)
+  const token = `b-${randomUUID()}`
+  await within(30_000, 'B page', () => B.files.write('/tmp/www/index.html', token))
+  const srvB = await within(30_000, 'B http server', () =>
+    B.commands.run(`cd /tmp/www && exec python3 -m http.server ${port} --bind 0.0.0.0`, { background: true, timeoutMs: 0 }))
+  try {
+    const { own: bIPs } = await sandboxNet(B)
+    let ok = false
+    for (let i = 0; i < 50 && !ok; i++) {
+      const self = await run(B, tcpProbe('127.0.0.1', port), {}, 30_000)
+      ok = self.stdout.includes('CONNECTED')
+      if (!ok) await sleep(200)
+    }
+    assert.ok(ok, 'positive control: B reaches its own server')
+    assert.ok(bIPs.length > 0, 'B has an IPv4 address')
+    for (const ip of bIPs) {
+      const selfIP = await run(B, tcpProbe(ip, port), {}, 30_000)
+      assert.ok(selfIP.stdout.includes('CONNECTED'), `positive control: B reaches ${ip}:${port}`)
+      const r = await run(A, tcpProbe(ip, port), {}, 30_000)
+      assert.ok(!r.stdout.includes('CONNECTED') && !r.stdout.includes(token), `A reached B at ${ip}:${port}`)
+    }
+  } finally {
+    await srvB.kill().catch(() => {})
+  }
+})
+
+// Host files that must survive a sandbox's rm -rf / (catches rw bind mounts).
+function hostFingerprint() {
+  const files = ['/etc/resolv.conf', '/etc/hosts', '/etc/hostname', '/etc/passwd', moatBin, path.join(repoRoot, 'bin', 'envd')]
+  const out = {}
+  for (const f of files) {
+    try {
+      const st = statSync(f)
+      out[f] = `${st.size}`
+    } catch {
+      out[f] = 'missing'
+    }
+  }
+  try {
+    out[srv.dataDir + '/templates'] = String(readdirSync(path.join(srv.dataDir, 'templates')).length)
+  } catch {}
+  return out
+}
+
+test('rm -rf / in one sandbox leaves the host, the server and other sandboxes working', { timeout: 300_000 }, async (t) => {
+  const victim = await createSandbox(t)
+  const marker = path.join(os.tmpdir(), `moat-e2e-rm-${randomUUID()}`)
+  writeFileSync(marker, 'still here')
+  const before = hostFingerprint()
+  try {
+    await within(30_000, 'B marker', () => B.files.write('/tmp/b-marker', 'b'))
+    await run(victim, 'timeout 120 rm -rf / --no-preserve-root 2>/dev/null; echo rc=$?', { user: 'root' }, 150_000).catch((e) => e)
+    assert.equal(readFileSync(marker, 'utf8'), 'still here')
+    assert.deepEqual(hostFingerprint(), before, 'host files changed')
+    assert.equal(await within(30_000, 'health', () => fetch(`${srv.url}/health`).then((r) => r.status)), 200)
+    const r = await run(B, 'cat /tmp/b-marker; echo ok')
+    assert.equal(r.stdout, 'bok\n')
+    // The template is intact: a fresh sandbox works.
+    const fresh = await createSandbox(t)
+    const f = await run(fresh, 'ls /usr/bin/env && python3 -c "print(6*7)"')
+    assert.equal(f.exitCode, 0, f.stderr)
+    assert.match(f.stdout, /42/)
+  } finally {
+    rmSync(marker, { force: true })
+  }
+})
+
+// pidsLimit reports the pids cgroup limit the sandbox runs under, looking
+// from inside (cgroup v2 or v1 with a cgroup namespace) and from the host.
+async function pidsLimit(sbx) {
+  const r = await run(sbx, 'cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/pids/pids.max 2>/dev/null', { user: 'root' })
+  const inside = r.stdout.split('\n').map((s) => s.trim()).filter(Boolean)
+  const numeric = inside.filter((v) => /^\d+$/.test(v)).map(Number)
+  if (numeric.length) return Math.min(...numeric)
+  const hostHits = []
+  const walk = (dir, depth) => {
+    if (depth > 6) return
+    let es
+    try { es = readdirSync(dir, { withFileTypes: true }) } catch { return }
+    for (const e of es) {
+      if (!e.isDirectory()) continue
+      const p = path.join(dir, e.name)
+      if (e.name.includes(sbx.sandboxId) && existsSync(path.join(p, 'pids.max'))) hostHits.push(p)
+      walk(p, depth + 1)
+    }
+  }
+  walk('/sys/fs/cgroup', 0)
+  for (const p of hostHits) {
+    const v = readFileSync(path.join(p, 'pids.max'), 'utf8').trim()
+    if (/^\d+$/.test(v)) numeric.push(Number(v))
+  }
+  return numeric.length ? Math.min(...numeric) : null
+}
+
+test('a fork bomb leaves the host and another sandbox working', { timeout: 300_000 }, async (t) => {
+  const victim = await createSandbox(t)
+  const limit = await pidsLimit(victim)
+  // Refuse to run a fork bomb without a pids limit: on a shared host it
+  // would exhaust the host's PIDs (pid_max), which is the failure itself.
+  assert.ok(limit !== null && limit < 32768, `no pids limit on the sandbox (found ${limit}); not running the fork bomb`)
+  const bomb = await within(30_000, 'start bomb', () =>
+    victim.commands.run("timeout -s KILL 15 bash -c ':(){ :|:& };:'", { background: true, timeoutMs: 0 }))
+  try {
+    await sleep(5000)
+    const t0 = Date.now()
+    const r = await run(B, 'echo alive', {}, 60_000)
+    assert.equal(r.stdout, 'alive\n')
+    assert.ok(Date.now() - t0 < 30_000, `other sandbox slow under fork bomb: ${Date.now() - t0} ms`)
+    assert.equal(await within(30_000, 'health', () => fetch(`${srv.url}/health`).then((x) => x.status)), 200)
+    const { execFileSync } = await import('node:child_process')
+    assert.equal(execFileSync('echo', ['host-ok']).toString(), 'host-ok\n')
+  } finally {
+    await bomb.kill().catch(() => {})
+    // Killing the sandbox must reap every bomb process.
+    assert.equal(await within(60_000, 'kill victim', () => victim.kill()), true)
+  }
+})
+
+test('a memory hog is killed inside its own sandbox only', { timeout: 300_000 }, async (t) => {
+  const victim = await createSandbox(t)
+  const r = await run(victim,
+    'python3 -c "x = bytearray(b\'\\x01\') * (2 * 1024 ** 3); print(len(x))"; echo "rc=$?"', {}, 180_000)
+  const rc = Number((r.stdout.match(/rc=(\d+)/) || [])[1])
+  assert.ok(!r.stdout.includes(String(2 * 1024 ** 3)), `2 GiB allocation succeeded: no memory limit (${r.stdout.trim()})`)
+  assert.ok(rc !== 0, `hog exited ${rc}`)
+  // 137 = SIGKILL (OOM killer); MemoryError exits 1. Both are acceptable.
+  assert.ok([137, 1].includes(rc), `unexpected exit code ${rc}`)
+  const after1 = await run(victim, 'echo still-here', {}, 60_000)
+  assert.equal(after1.stdout, 'still-here\n', 'the hog\'s sandbox still answers')
+  const after2 = await run(B, 'echo b-here', {}, 60_000)
+  assert.equal(after2.stdout, 'b-here\n')
+})
