@@ -25,6 +25,8 @@ PACKAGES=(
   runc crun mmdebstrap debian-archive-keyring uidmap
   nftables iptables iproute2 busybox-static e2fsprogs
   curl ca-certificates procps psmisc util-linux make git
+  # code interpreter tests run real Jupyter kernels on the host
+  python3-ipykernel python3-matplotlib python3-pandas python3-numpy
 )
 
 if [ "${MOAT_SETUP_SKIP_APT:-0}" != 1 ]; then

@@ -28,6 +28,7 @@ type options struct {
 	addr    string
 	host    bool
 	home    string
+	code    string
 	verbose bool
 }
 
@@ -48,12 +49,19 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.addr, "addr", "", "address to listen on, overriding --port (e.g. 127.0.0.1:0)")
 	fs.BoolVar(&o.host, "host", false, "host mode: run outside a sandbox; root and user are the current account")
 	fs.StringVar(&o.home, "home", "", "home directory of root and user in host mode (default: a new temporary directory)")
+	fs.StringVar(&o.code, "code-addr", "", `address of the code-interpreter API (default ":49999" in a sandbox, off with --host; "off" disables)`)
 	fs.BoolVar(&o.verbose, "verbose", false, "log debug messages")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.code == "" && !o.host {
+		o.code = ":49999"
+	}
+	if o.code == "off" {
+		o.code = ""
 	}
 	return o, nil
 }
@@ -90,6 +98,13 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if o.code != "" {
+		stopInterp, err := serveInterpreter(ctx, o.code, srv, o.host, log)
+		if err != nil {
+			return err
+		}
+		defer stopInterp()
+	}
 	fmt.Fprintf(os.Stderr, "envd listening on %s\n", ln.Addr())
 	log.Debug("envd started", "host", o.host, "home", o.home)
 	if err := srv.Serve(ctx, ln); err != nil && !errors.Is(err, context.Canceled) {

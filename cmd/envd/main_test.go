@@ -9,10 +9,12 @@ func TestParseFlags(t *testing.T) {
 		want    options
 		wantErr bool
 	}{
-		{"defaults", nil, options{port: 49983}, false},
+		{"defaults", nil, options{port: 49983, code: ":49999"}, false},
+		{"code off", []string{"--code-addr", "off"}, options{port: 49983}, false},
+		{"code addr", []string{"--host", "--code-addr", "127.0.0.1:0"}, options{port: 49983, host: true, code: "127.0.0.1:0"}, false},
 		{"host", []string{"--host", "--addr", "127.0.0.1:0", "--home", "/h", "--verbose"},
 			options{port: 49983, addr: "127.0.0.1:0", host: true, home: "/h", verbose: true}, false},
-		{"port", []string{"--port", "1234"}, options{port: 1234}, false},
+		{"port", []string{"--port", "1234"}, options{port: 1234, code: ":49999"}, false},
 		{"stray arg", []string{"x"}, options{}, true},
 		{"bad flag", []string{"--nope"}, options{}, true},
 	}
