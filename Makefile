@@ -1,17 +1,20 @@
-# Moat build entry points. `make build` writes bin/moat and bin/envd (static,
-# it runs inside every sandbox); `moat template build` finds bin/envd beside
-# bin/moat.
+# Moat build entry points. `make build` writes bin/moat, bin/envd (static,
+# it runs inside every sandbox) and bin/moat-vminit (static, the microVM
+# guest's init); moat finds both beside its own binary.
 
 GO ?= go
 
-.PHONY: all build moat envd proto test clean
+.PHONY: all build moat envd vminit proto test clean
 
 all: build
 
-build: envd moat
+build: envd moat vminit
 
 envd:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/envd ./cmd/envd
+
+vminit:
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/moat-vminit ./cmd/moat-vminit
 
 moat:
 	$(GO) build -trimpath -o bin/moat ./cmd/moat

@@ -25,6 +25,8 @@ PACKAGES=(
   runc crun mmdebstrap debian-archive-keyring uidmap
   nftables iptables iproute2 busybox-static e2fsprogs
   curl ca-certificates procps psmisc util-linux make git
+  # microVM runtime: QEMU (TCG where KVM does not work) and Debian's cloud kernel
+  qemu-system-x86 qemu-utils linux-image-cloud-amd64
   # code interpreter tests run real Jupyter kernels on the host
   python3-ipykernel python3-matplotlib python3-pandas python3-numpy
 )
@@ -59,5 +61,12 @@ make build
 log "template build base (data dir $MOAT_DATA_DIR)"
 mkdir -p "$MOAT_DATA_DIR"
 bin/moat template build base --data-dir "$MOAT_DATA_DIR"
+
+# The code interpreter template (E2B's default for @e2b/code-interpreter):
+# base plus Jupyter kernels for Python (numpy, pandas, matplotlib, ...), R
+# (IRkernel) and JavaScript/TypeScript (Deno, fetched with `npm pack`, so it
+# needs npm). Cached like base; a cold build takes several minutes.
+log "template build code-interpreter-v1 (data dir $MOAT_DATA_DIR)"
+bin/moat template build code-interpreter-v1 --data-dir "$MOAT_DATA_DIR"
 
 log "setup done: bin/moat, bin/envd, template 'base' in $MOAT_DATA_DIR/templates"

@@ -3,21 +3,33 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/moatsh/moat/internal/app"
 	_ "github.com/moatsh/moat/internal/runtime/container" // registers runtime "container"
+	_ "github.com/moatsh/moat/internal/runtime/vm"        // registers runtime "vm"
 )
 
 func newServeCmd() *cobra.Command {
-	var cfg app.Config
+	var (
+		cfg   app.Config
+		accel string
+	)
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the API server, sandbox proxy and orchestrator",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if accel != "" {
+				// The vm backend reads its accelerator from the environment
+				// (runtime.Config is backend-neutral).
+				if err := os.Setenv("MOAT_VM_ACCEL", accel); err != nil {
+					return err
+				}
+			}
 			cfg.Logger = slog.Default()
 			cfg.Stdout, cfg.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if err := app.Serve(cmd.Context(), cfg); err != nil {
@@ -31,6 +43,7 @@ func newServeCmd() *cobra.Command {
 	addDataDirFlag(cmd, &cfg.DataDir)
 	f.StringVar(&cfg.Runtime, "runtime", envOr("", "MOAT_RUNTIME"),
 		"sandbox runtime: container|vm|gvisor (env MOAT_RUNTIME; default: best the host supports)")
+	f.StringVar(&accel, "vm-accel", envOr("", "MOAT_VM_ACCEL"), "vm runtime accelerator: auto|kvm|tcg (env MOAT_VM_ACCEL; default auto)")
 	f.DurationVar(&cfg.MaxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a client may ask for")
 	f.StringVar(&cfg.Domain, "domain", envOr("", "MOAT_DOMAIN"),
 		"domain for sandbox hosts {port}-{id}.DOMAIN (env MOAT_DOMAIN)")

@@ -1,0 +1,18 @@
+// Package vm is the microVM backend of the Runtime interface: every sandbox
+// is a QEMU microvm with its own Linux kernel, restored copy-on-write from a
+// snapshot of its template taken right after envd first answered.
+//
+// Files under <DataDir>/vm:
+//
+//	kernel/<version>-<hash>/{vmlinuz,initramfs.cpio}  guest kernel + initramfs (moat-vminit, virtio modules)
+//	templates/<name>-<stamp>/rootfs.ext4              read-only base disk built from the template rootfs
+//	templates/<name>-<stamp>/snap-<hash>/             disk.qcow2 (guest disk at snapshot), mem (guest RAM), state (devices), meta
+//	sandboxes/<id>/                                   disk.qcow2 overlay, qmp.sock, console.log, pid
+//
+// A snapshot fixes the guest's memory size and vCPU count, so snapshots are
+// cached per (template build, memory, vCPUs, kernel, accelerator). Every
+// guest has the same address (169.254.100.2 behind tap0 inside the sandbox's
+// network namespace); the namespace DNATs the sandbox address to it, so the
+// host reaches envd at Handle.Addr:49983 as with containers and clones need
+// no network reconfiguration.
+package vm

@@ -1,0 +1,21 @@
+// Package guestinit is PID 1 of a Moat microVM: it runs from the initramfs,
+// loads the kernel modules the initramfs carries, switches to the root disk,
+// configures the guest's fixed network address and keeps envd running while
+// it reaps orphaned processes. cmd/moat-vminit is its static binary.
+package guestinit
+
+// Kernel command line keys read by Main.
+const (
+	ArgRoot     = "moat.root"     // root block device, default /dev/vda
+	ArgAddr     = "moat.addr"     // eth0 address with prefix, default 169.254.100.2/30
+	ArgGateway  = "moat.gw"       // default gateway, default 169.254.100.1
+	ArgHostname = "moat.hostname" // default "sandbox"
+	ArgEnvd     = "moat.envd"     // envd path inside the root, default /usr/local/bin/envd
+	ArgProbe    = "moat.probe"    // "1": print ProbeMarker and power off (accelerator probe)
+)
+
+// ProbeMarker is printed on the console in probe mode.
+const ProbeMarker = "moat-vminit: probe ok"
+
+// ModulesOrder is the initramfs file listing module paths to load, one a line.
+const ModulesOrder = "/modules.order"

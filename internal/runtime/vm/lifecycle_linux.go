@@ -1,0 +1,331 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/netpolicy"
+	"github.com/moatsh/moat/internal/qmp"
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
+)
+
+// qemuOverheadMiB is what QEMU itself may use beyond guest RAM (the TCG
+// translation cache is capped at 128 MiB by tb-size).
+const qemuOverheadMiB = 320
+
+// qemuPids bounds QEMU's threads (vCPUs, I/O workers); guest processes are
+// limited inside the guest, not here.
+const qemuPids = 256
+
+func validID(id string) error {
+	if id == "" || len(id) > 40 {
+		return fmt.Errorf("sandbox id %q: length must be 1..40: %w", id, errdefs.ErrInvalidArgument)
+	}
+	for _, c := range id {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return fmt.Errorf("sandbox id %q: only [a-z0-9] allowed: %w", id, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+func withDefaults(spec runtime.Spec) runtime.Spec {
+	if spec.VCPUs <= 0 {
+		spec.VCPUs = 1
+	}
+	if spec.MemoryMiB <= 0 {
+		spec.MemoryMiB = 512
+	}
+	return spec
+}
+
+// Create implements runtime.Runtime: it restores the template's snapshot
+// (taking it first if there is none for this template build, memory size and
+// vCPU count) into a new QEMU with a private copy-on-write view of the
+// snapshot's memory and a qcow2 overlay of its disk, then waits for envd.
+// Spec.DiskMiB and Spec.Pids are not enforced per sandbox (the disk size is
+// the template image's; processes are limited by guest memory).
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Handle, retErr error) {
+	if err := validID(spec.ID); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(filepath.Join(spec.RootfsDir, "usr/local/bin/envd")); err != nil || fi.IsDir() {
+		return nil, fmt.Errorf("sandbox %s: template rootfs %q has no /usr/local/bin/envd: %w", spec.ID, spec.RootfsDir, errdefs.ErrInvalidArgument)
+	}
+	spec = withDefaults(spec)
+	id := spec.ID
+	b := r.box(id)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.created {
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrAlreadyExists)
+	}
+	defer func() {
+		if retErr != nil {
+			retErr = errors.Join(retErr, b.undo.run())
+			b.proc, b.qmp = nil, nil
+			r.forget(id, b)
+		}
+	}()
+	start := time.Now()
+	snap, err := r.ensureSnapshot(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	snapped := time.Now()
+	h, tm, err := r.restore(ctx, spec, snap, b)
+	if err != nil {
+		return nil, err
+	}
+	b.handle, b.created = h, true
+	r.log.InfoContext(ctx, "sandbox created", "sandbox", id, "addr", h.Addr, "pid", h.PID, "accel", snap.Accel,
+		"took", time.Since(start).Round(time.Millisecond), "snapshot", snapped.Sub(start).Round(time.Millisecond),
+		"launch", tm.launched.Sub(snapped).Round(time.Millisecond), "restore", tm.restored.Sub(tm.launched).Round(time.Millisecond),
+		"envd", time.Since(tm.restored).Round(time.Millisecond))
+	return h, nil
+}
+
+// restoreTimes are the milestones of a restore, for the log.
+type restoreTimes struct{ launched, restored time.Time }
+
+// restore gives sandbox spec.ID its overlay disk, network and QEMU, loads
+// snap into it and waits for envd and the guest's restore marker. Undos go
+// onto b.undo; b.mu is held.
+func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot, b *sandbox) (*runtime.Handle, restoreTimes, error) {
+	var tm restoreTimes
+	id := spec.ID
+	dir := r.sandboxDir(id)
+	if _, err := os.Stat(dir); err == nil {
+		return nil, tm, fmt.Errorf("sandbox %s: %s exists: %w", id, dir, errdefs.ErrAlreadyExists)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	b.undo.push(func() error { return os.RemoveAll(dir) })
+	if err := qcow2Overlay(ctx, snap.disk(), "qcow2", filepath.Join(dir, "disk.qcow2")); err != nil {
+		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	n, err := r.net.Setup(ctx, id, spec.AllowInternet)
+	if err != nil {
+		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	b.undo.push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
+	m := r.machineFor("moat-"+id, dir, snap)
+	m.Disk, m.Incoming = filepath.Join(dir, "disk.qcow2"), true
+	lim := &limits{MemoryBytes: int64(spec.MemoryMiB+qemuOverheadMiB) << 20, Pids: qemuPids, CPUs: spec.VCPUs}
+	p, c, err := r.launch(ctx, r.cgroupPath(id), n, m, lim, &b.undo)
+	if err != nil {
+		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	b.proc, b.qmp = p, c
+	tm.launched = time.Now()
+	if err := loadState(ctx, c, snap.state()); err != nil {
+		return nil, tm, fmt.Errorf("sandbox %s: restore: %w", id, err)
+	}
+	if err := setLink(ctx, c, true); err != nil {
+		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	tm.restored = time.Now()
+	h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: p.pid}
+	if err := waitHealth(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
+		return nil, tm, fmt.Errorf("sandbox %s: %w (console: %q)", id, err, tail(m.Console, 1024))
+	}
+	// Fresh CRNG and clock before anyone else talks to the guest.
+	if err := waitConsole(ctx, m.Console, guestinit.RestoredMarker, r.o.readyTimeout); err != nil {
+		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return h, tm, nil
+}
+
+// machineFor is the QEMU layout shared by a snapshot and its restores.
+func (r *Runtime) machineFor(name, dir string, snap *snapshot) *machine {
+	return &machine{Name: name, Accel: snap.Accel, TSCkHz: r.tscKHz, VCPUs: snap.VCPUs, MemMiB: snap.MemMiB,
+		Kernel: snap.Boot.Kernel, Initramfs: snap.Boot.Initramfs, MemPath: snap.mem(),
+		QMP: filepath.Join(dir, "qmp.sock"), Console: filepath.Join(dir, "console.log"), PidFile: filepath.Join(dir, "pid")}
+}
+
+// launch prepares the guest network in n's namespace, starts QEMU there
+// (in cgroup cg with lim, when lim is set) and connects to its QMP socket.
+// Each acquisition pushes its undo onto undo.
+func (r *Runtime) launch(ctx context.Context, cg string, n *netpolicy.Net, m *machine, lim *limits, undo *cleanups) (*proc, *qmp.Client, error) {
+	if len(m.QMP) >= 108 {
+		return nil, nil, fmt.Errorf("qmp socket path %s is too long for a unix socket (shorten the data dir): %w", m.QMP, errdefs.ErrInvalidArgument)
+	}
+	if err := setupGuestNet(n.NSPath, n.SandboxAddr); err != nil {
+		return nil, nil, err
+	}
+	if lim != nil {
+		undo.push(func() error { return removeCgroup(cg) })
+		if err := createCgroup(cg, *lim); err != nil {
+			return nil, nil, err
+		}
+	}
+	p, err := start(r.o.qemu, n.NSPath, filepath.Join(filepath.Dir(m.QMP), "qemu.log"), m)
+	if err != nil {
+		return nil, nil, err
+	}
+	var c *qmp.Client
+	undo.push(func() error {
+		err := p.stop(context.Background(), c)
+		if c != nil {
+			c.Close()
+		}
+		return err
+	})
+	if lim != nil {
+		if err := addToCgroup(cg, p.pid); err != nil {
+			return nil, nil, err
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err = qmp.Dial(dctx, m.QMP)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (qemu: %q)", err, tail(filepath.Join(filepath.Dir(m.QMP), "qemu.log"), 1024))
+	}
+	return p, c, nil
+}
+
+// tail returns the last n bytes of a file, for error messages.
+func tail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > n {
+		_, _ = f.Seek(fi.Size()-n, 0)
+	}
+	b := make([]byte, n)
+	k, _ := f.Read(b)
+	return string(b[:k])
+}
+
+// Kill implements runtime.Runtime: QMP quit, then SIGKILL; network, cgroup
+// and files go too. Idempotent; works by name for sandboxes this process did
+// not create.
+func (r *Runtime) Kill(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	b := r.box(id)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.created {
+		r.pushAll(ctx, id, b)
+	}
+	err := b.undo.run()
+	b.created, b.proc, b.qmp = false, nil, nil
+	r.forget(id, b)
+	if err != nil {
+		return fmt.Errorf("kill sandbox %s: %w", id, err)
+	}
+	r.log.InfoContext(ctx, "sandbox killed", "sandbox", id)
+	return nil
+}
+
+// pushAll stacks every by-name undo of id, in Create's order.
+func (r *Runtime) pushAll(ctx context.Context, id string, b *sandbox) {
+	ctx = context.WithoutCancel(ctx)
+	dir := r.sandboxDir(id)
+	b.undo.push(func() error { return os.RemoveAll(dir) })
+	b.undo.push(func() error { return r.net.Teardown(ctx, id) })
+	b.undo.push(func() error { return removeCgroup(r.cgroupPath(id)) })
+	b.undo.push(func() error {
+		p := b.proc
+		if p == nil {
+			p = adoptProc(dir)
+		}
+		if p == nil {
+			return nil
+		}
+		c := b.qmp
+		if c == nil {
+			dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			c, _ = qmp.Dial(dctx, filepath.Join(dir, "qmp.sock"))
+			cancel()
+		}
+		err := p.stop(ctx, c)
+		if c != nil {
+			c.Close()
+		}
+		return err
+	})
+}
+
+// client returns the sandbox's QMP connection, dialling it for adopted VMs.
+func (r *Runtime) client(ctx context.Context, id string) (*sandbox, *qmp.Client, error) {
+	b, ok := r.lookup(id)
+	if !ok {
+		return nil, nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if b.qmp == nil {
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		c, err := qmp.Dial(dctx, filepath.Join(r.sandboxDir(id), "qmp.sock"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("sandbox %s: %w", id, err)
+		}
+		b.qmp = c
+	}
+	return b, b.qmp, nil
+}
+
+// Pause implements runtime.Runtime: the vCPUs stop (QMP stop); memory stays
+// resident. Pause-to-disk is not implemented yet.
+func (r *Runtime) Pause(ctx context.Context, id string) error { return r.runState(ctx, id, "stop") }
+
+// Resume implements runtime.Runtime (QMP cont).
+func (r *Runtime) Resume(ctx context.Context, id string) error { return r.runState(ctx, id, "cont") }
+
+func (r *Runtime) runState(ctx context.Context, id, cmd string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	b, ok := r.lookup(id)
+	if !ok {
+		return fmt.Errorf("%s sandbox %s: %w", cmd, id, errdefs.ErrNotFound)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.created {
+		return fmt.Errorf("%s sandbox %s: %w", cmd, id, errdefs.ErrNotFound)
+	}
+	_, c, err := r.client(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := c.Execute(ctx, cmd, nil, nil); err != nil {
+		return fmt.Errorf("%s sandbox %s: %w", cmd, id, err)
+	}
+	return nil
+}
+
+// Stats implements runtime.Runtime from the QEMU process's cgroup.
+func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
+	if err := validID(id); err != nil {
+		return runtime.Stats{}, err
+	}
+	st, err := readStats(r.cgroupPath(id))
+	if err != nil {
+		return st, fmt.Errorf("stats of sandbox %s: %w", id, err)
+	}
+	return st, nil
+}
+
+// Alive implements runtime.Runtime: the QEMU process exists.
+func (r *Runtime) Alive(ctx context.Context, id string) bool {
+	b, ok := r.lookup(id)
+	if !ok {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.created && b.proc != nil && b.proc.alive()
+}

@@ -1,0 +1,135 @@
+package vm
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	goruntime "runtime"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// The guest's network, identical in every sandbox so that clones of one
+// snapshot need no reconfiguration.
+var (
+	guestAddr = netip.MustParseAddr("169.254.100.2")
+	tapAddr   = netip.MustParseAddr("169.254.100.1")
+)
+
+const (
+	guestPrefix = 30
+	tapName     = "tap0"
+	guestMAC    = "52:54:00:64:00:02"
+	tapMAC      = "52:54:00:64:00:01"
+	natTable    = "moatvm"
+)
+
+// setupGuestNet runs inside the sandbox's netns (nsPath): a persistent tap
+// for QEMU, forwarding, and nftables NAT that maps sandboxAddr to the guest
+// and masquerades the guest's own traffic. Everything dies with the netns.
+func setupGuestNet(nsPath string, sandboxAddr netip.Addr) error {
+	return inNetns(nsPath, func(ns netns.NsHandle) error {
+		tap := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: tapName}, Mode: netlink.TUNTAP_MODE_TAP,
+			Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR | netlink.TUNTAP_ONE_QUEUE}
+		if err := netlink.LinkAdd(tap); err != nil {
+			return fmt.Errorf("add %s: %w", tapName, err)
+		}
+		link, err := netlink.LinkByName(tapName)
+		if err != nil {
+			return fmt.Errorf("%s: %w", tapName, err)
+		}
+		// A fixed MAC: the guest's neighbour cache in the snapshot stays right.
+		mac, _ := net.ParseMAC(tapMAC)
+		if err := netlink.LinkSetHardwareAddr(link, mac); err != nil {
+			return fmt.Errorf("%s mac: %w", tapName, err)
+		}
+		ipn := &net.IPNet{IP: net.IP(tapAddr.AsSlice()), Mask: net.CIDRMask(guestPrefix, 32)}
+		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: ipn}); err != nil {
+			return fmt.Errorf("address %s: %w", tapAddr, err)
+		}
+		if err := netlink.LinkSetUp(link); err != nil {
+			return fmt.Errorf("%s up: %w", tapName, err)
+		}
+		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+			return fmt.Errorf("ip_forward in netns: %w", err)
+		}
+		return installNAT(int(ns), sandboxAddr)
+	})
+}
+
+// inNetns runs f on a locked OS thread switched into the netns at path.
+func inNetns(path string, f func(ns netns.NsHandle) error) error {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return fmt.Errorf("open netns %s: %w", path, err)
+	}
+	defer ns.Close()
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(ns); err != nil {
+			goruntime.UnlockOSThread()
+			errc <- fmt.Errorf("enter netns %s: %w", path, err)
+			return
+		}
+		ferr := f(ns)
+		if err := netns.Set(orig); err != nil {
+			errc <- fmt.Errorf("leave netns: %w (thread discarded)", err) // the thread stays locked and exits
+			return
+		}
+		goruntime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// installNAT adds table ip moatvm: prerouting DNAT sandboxAddr → guest,
+// postrouting masquerade of the guest's traffic leaving eth0.
+func installNAT(nsFd int, sandboxAddr netip.Addr) error {
+	c, err := nftables.New(nftables.WithNetNSFd(nsFd))
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: natTable})
+	pre := c.AddChain(&nftables.Chain{Name: "pre", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
+	post := c.AddChain(&nftables.Chain{Name: "post", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	sb, g := sandboxAddr.As4(), guestAddr.As4()
+	c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("eth0")},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: sb[:]},
+		&expr.Immediate{Register: 1, Data: g[:]},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1},
+	}})
+	c.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("eth0")},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: g[:]},
+		&expr.Masq{},
+	}})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables in netns: %w", err)
+	}
+	return nil
+}
+
+func ifname(n string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, n)
+	return b
+}

@@ -1,0 +1,213 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/netpolicy"
+	"github.com/moatsh/moat/internal/qmp"
+	"github.com/moatsh/moat/internal/runtime"
+)
+
+// Name is the backend's registered name.
+const Name = "vm"
+
+// envdPort is where envd listens inside the guest.
+const envdPort = 49983
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+func init() {
+	runtime.Register(Name, func(ctx context.Context, cfg runtime.Config) (runtime.Runtime, error) {
+		return New(ctx, cfg)
+	})
+}
+
+// Option configures a Runtime beyond runtime.Config.
+type Option func(*options)
+
+type options struct {
+	accel        string // "auto", "kvm" or "tcg"
+	qemu         string
+	kernel       string
+	init         string
+	cgroupParent string
+	net          *netpolicy.Manager
+	readyTimeout time.Duration
+	bootTimeout  time.Duration
+	diskFreeMiB  int
+}
+
+// WithAccel picks the accelerator: "auto" (KVM when a probe guest boots
+// with it, else TCG), "kvm" or "tcg". Default: $MOAT_VM_ACCEL or "auto".
+func WithAccel(a string) Option { return func(o *options) { o.accel = a } }
+
+// WithKernel sets the guest kernel (default: newest /boot/vmlinuz-*-cloud-amd64).
+func WithKernel(path string) Option { return func(o *options) { o.kernel = path } }
+
+// WithInit sets the moat-vminit binary packed into the initramfs.
+func WithInit(path string) Option { return func(o *options) { o.init = path } }
+
+// WithCgroupParent sets the cgroup under which QEMU processes live ("/moat").
+func WithCgroupParent(p string) Option { return func(o *options) { o.cgroupParent = p } }
+
+// WithNetwork uses m for sandbox networks instead of a default-scoped Manager.
+func WithNetwork(m *netpolicy.Manager) Option { return func(o *options) { o.net = m } }
+
+// WithReadyTimeout bounds how long a restore waits for envd.
+func WithReadyTimeout(d time.Duration) Option { return func(o *options) { o.readyTimeout = d } }
+
+// WithDiskFree sets the free space of a template's disk image (MiB).
+func WithDiskFree(mib int) Option { return func(o *options) { o.diskFreeMiB = mib } }
+
+// Runtime runs sandboxes as QEMU microVMs. Safe for concurrent use.
+type Runtime struct {
+	log    *slog.Logger
+	dir    string // <DataDir>/vm
+	o      options
+	net    *netpolicy.Manager
+	tscKHz int
+
+	accelOnce sync.Once
+	accel     string // resolved accelerator
+	accelErr  error
+
+	snapMu    sync.Mutex
+	boot      *bootFiles             // guarded by snapMu
+	snapLocks map[string]*sync.Mutex // snapshot dir → its lock; guarded by snapMu
+
+	mu    sync.Mutex
+	boxes map[string]*sandbox // guarded by mu
+}
+
+// sandbox is one VM's bookkeeping.
+type sandbox struct {
+	mu      sync.Mutex // serialises Create/Kill/Pause/Resume of the same ID
+	undo    cleanups   // guarded by mu
+	handle  *runtime.Handle
+	proc    *proc       // guarded by mu
+	qmp     *qmp.Client // guarded by mu; nil for adopted VMs until needed
+	created bool        // guarded by mu
+}
+
+// New checks the host and installs the network policy. The guest kernel,
+// initramfs and template snapshots are prepared lazily by the first Create.
+func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
+	o := options{accel: os.Getenv("MOAT_VM_ACCEL"), cgroupParent: "/moat", readyTimeout: 30 * time.Second,
+		bootTimeout: 120 * time.Second, diskFreeMiB: 1024}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.accel == "" {
+		o.accel = "auto"
+	}
+	switch o.accel {
+	case "auto", "kvm", "tcg":
+	default:
+		return nil, fmt.Errorf("vm runtime: accelerator %q: want auto, kvm or tcg: %w", o.accel, errdefs.ErrInvalidArgument)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("runtime", Name)
+	if cfg.DataDir == "" {
+		return nil, fmt.Errorf("vm runtime: empty data dir: %w", errdefs.ErrInvalidArgument)
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("vm runtime: needs root (netns, tap, cgroups): %w", errdefs.ErrPermissionDenied)
+	}
+	var err error
+	if o.qemu, err = exec.LookPath("qemu-system-x86_64"); err != nil {
+		return nil, fmt.Errorf("vm runtime: qemu-system-x86_64 not found (apt-get install qemu-system-x86): %w", errdefs.ErrNotFound)
+	}
+	for _, tool := range []string{"qemu-img", "mkfs.ext4", "nsenter"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("vm runtime: %s not found (apt-get install qemu-utils e2fsprogs util-linux): %w", tool, errdefs.ErrNotFound)
+		}
+	}
+	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, tscKHz: hostTSCkHz(),
+		snapLocks: map[string]*sync.Mutex{}, boxes: map[string]*sandbox{}}
+	for _, d := range []string{"kernel", "templates", "sandboxes"} {
+		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("vm runtime: %w", err)
+		}
+	}
+	r.net = o.net
+	if r.net == nil {
+		if r.net, err = netpolicy.New(log); err != nil {
+			return nil, fmt.Errorf("vm runtime: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return Name }
+
+func (r *Runtime) sandboxDir(id string) string { return filepath.Join(r.dir, "sandboxes", id) }
+func (r *Runtime) cgroupPath(id string) string { return r.o.cgroupParent + "/" + id }
+
+func (r *Runtime) box(id string) *sandbox {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.boxes[id]
+	if !ok {
+		b = &sandbox{}
+		r.boxes[id] = b
+	}
+	return b
+}
+
+func (r *Runtime) lookup(id string) (*sandbox, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.boxes[id]
+	return b, ok
+}
+
+func (r *Runtime) forget(id string, b *sandbox) {
+	r.mu.Lock()
+	if r.boxes[id] == b {
+		delete(r.boxes, id)
+	}
+	r.mu.Unlock()
+}
+
+// waitHealth polls envd's /health at addr until it answers 204.
+func waitHealth(ctx context.Context, addr string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cl := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+	url := "http://" + addr + "/health"
+	var last error
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := cl.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %s", resp.Status)
+		}
+		last = err
+		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
+			return fmt.Errorf("envd at %s: %w (last: %v)", addr, errors.Join(err, errdefs.ErrUnavailable), last)
+		}
+	}
+}
+
+func envdAddr(h *runtime.Handle) string {
+	return h.Addr.String() + ":" + strconv.Itoa(envdPort)
+}

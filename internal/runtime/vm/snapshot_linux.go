@@ -1,0 +1,228 @@
+package vm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/moatsh/moat/internal/qmp"
+	"github.com/moatsh/moat/internal/runtime"
+)
+
+// snapshot is a template booted once and frozen right after envd answered.
+type snapshot struct {
+	Dir    string // disk.qcow2, mem, state
+	Boot   *bootFiles
+	Accel  string
+	VCPUs  int
+	MemMiB int
+}
+
+func (s *snapshot) disk() string  { return filepath.Join(s.Dir, "disk.qcow2") }
+func (s *snapshot) mem() string   { return filepath.Join(s.Dir, "mem") }
+func (s *snapshot) state() string { return filepath.Join(s.Dir, "state") }
+
+// templateKey names a template build: <name>-<stamp>, where stamp hashes
+// the template's stamp.json when it has one, else the rootfs's and envd's
+// modification times.
+func templateKey(spec runtime.Spec) string {
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, strings.ToLower(spec.TemplateID))
+	if name == "" {
+		name = "template"
+	}
+	if len(name) > 32 { // unix socket paths under the snapshot dir must stay < 108 bytes
+		name = name[:32]
+	}
+	h := sha256.New()
+	if b, err := os.ReadFile(filepath.Join(filepath.Dir(spec.RootfsDir), "stamp.json")); err == nil {
+		h.Write(b)
+	} else {
+		fmt.Fprintln(h, spec.RootfsDir)
+		for _, p := range []string{spec.RootfsDir, filepath.Join(spec.RootfsDir, "usr/local/bin/envd")} {
+			if fi, err := os.Stat(p); err == nil {
+				fmt.Fprintln(h, fi.ModTime().UnixNano(), fi.Size())
+			}
+		}
+	}
+	return name + "-" + hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// ensureImage builds <tdir>/rootfs.ext4 from rootfs once.
+func ensureImage(ctx context.Context, tdir, rootfs string, freeMiB int) (string, error) {
+	img := filepath.Join(tdir, "rootfs.ext4")
+	if _, err := os.Stat(img); err == nil {
+		return img, nil
+	}
+	if err := os.MkdirAll(tdir, 0o755); err != nil {
+		return "", fmt.Errorf("template image: %w", err)
+	}
+	used, err := dirSize(rootfs)
+	if err != nil {
+		return "", fmt.Errorf("template image: %w", err)
+	}
+	sizeMiB := used*5/4/(1<<20) + int64(freeMiB) + 64
+	tmp := img + ".tmp"
+	_ = os.Remove(tmp)
+	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", "root", "-E", "root_owner=0:0",
+		"-d", rootfs, tmp, fmt.Sprintf("%dM", sizeMiB)).CombinedOutput()
+	if err != nil {
+		_ = os.Remove(tmp)
+		return "", fmt.Errorf("mkfs.ext4 -d %s: %w: %s", rootfs, err, out)
+	}
+	if err := os.Rename(tmp, img); err != nil {
+		return "", fmt.Errorf("template image: %w", err)
+	}
+	return img, nil
+}
+
+func dirSize(root string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if fi, err := d.Info(); err == nil {
+			n += fi.Size() + 4096
+		}
+		return nil
+	})
+	return n, err
+}
+
+// qcow2Overlay creates a copy-on-write overlay of backing.
+func qcow2Overlay(ctx context.Context, backing, backingFmt, dst string) error {
+	out, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", "-F", backingFmt, "-b", backing, dst).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("qemu-img create %s: %w: %s", dst, err, out)
+	}
+	return nil
+}
+
+// saveState freezes the guest and writes its device state (RAM stays in the
+// shared memory file) to path.
+func saveState(ctx context.Context, c *qmp.Client, path string) error {
+	if err := c.Execute(ctx, "stop", nil, nil); err != nil {
+		return err
+	}
+	if err := setIgnoreShared(ctx, c); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("state file: %w", err)
+	}
+	defer f.Close()
+	if err := c.ExecuteFile(ctx, "getfd", map[string]any{"fdname": "state"}, nil, f); err != nil {
+		return err
+	}
+	if err := c.Execute(ctx, "migrate", map[string]any{"uri": "fd:state"}, nil); err != nil {
+		return err
+	}
+	return waitMigration(ctx, c, "query-migrate")
+}
+
+// loadState feeds path to a QEMU started with -incoming defer and resumes it.
+func loadState(ctx context.Context, c *qmp.Client, path string) error {
+	if err := setIgnoreShared(ctx, c); err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("state file: %w", err)
+	}
+	defer f.Close()
+	if err := c.ExecuteFile(ctx, "getfd", map[string]any{"fdname": "state"}, nil, f); err != nil {
+		return err
+	}
+	if err := c.Execute(ctx, "migrate-incoming", map[string]any{"uri": "fd:state"}, nil); err != nil {
+		return err
+	}
+	for {
+		var st struct {
+			Status string `json:"status"`
+		}
+		if err := c.Execute(ctx, "query-status", nil, &st); err != nil {
+			return err
+		}
+		switch st.Status {
+		case "inmigrate":
+		case "paused", "postmigrate", "prelaunch":
+			return c.Execute(ctx, "cont", nil, nil)
+		case "running":
+			return nil
+		default:
+			return fmt.Errorf("restore: vm status %q", st.Status)
+		}
+		if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+	}
+}
+
+// setLink raises or cuts the guest's network link. The template is
+// snapshotted link-down; a restore raises the link, which tells moat-vminit
+// that it was restored (see guestinit.RestoredMarker).
+func setLink(ctx context.Context, c *qmp.Client, up bool) error {
+	return c.Execute(ctx, "set_link", map[string]any{"name": "n0", "up": up}, nil)
+}
+
+// waitConsole polls the guest's serial output until it contains marker.
+func waitConsole(ctx context.Context, path, marker string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), marker) {
+			return nil
+		}
+		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
+			return fmt.Errorf("console never showed %q: %w (console: %q)", marker, err, tail(path, 1024))
+		}
+	}
+}
+
+func setIgnoreShared(ctx context.Context, c *qmp.Client) error {
+	return c.Execute(ctx, "migrate-set-capabilities", map[string]any{"capabilities": []map[string]any{
+		{"capability": "x-ignore-shared", "state": true}}}, nil)
+}
+
+func waitMigration(ctx context.Context, c *qmp.Client, query string) error {
+	for {
+		var st struct {
+			Status    string `json:"status"`
+			ErrorDesc string `json:"error-desc"`
+		}
+		if err := c.Execute(ctx, query, nil, &st); err != nil {
+			return err
+		}
+		switch st.Status {
+		case "completed":
+			return nil
+		case "failed", "cancelled":
+			return fmt.Errorf("migration %s: %s", st.Status, st.ErrorDesc)
+		}
+		if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
+			return fmt.Errorf("migration: %w", err)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
