@@ -62,8 +62,18 @@ func New(cfg Config) *Proxy {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Proxy{cfg: cfg, log: cfg.Logger}
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		// Connections are pooled per sandbox ID (the URL host), not per
+		// address: a killed sandbox's address is soon reused by a new one,
+		// and an idle connection to the old one would be reset.
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			t, ok := ctx.Value(ctxKey{}).(route)
+			if !ok {
+				return nil, errors.New("proxy: dial without a sandbox route")
+			}
+			return dialer.DialContext(ctx, network, t.hostPort())
+		},
 		MaxIdleConns:          1000,
 		MaxIdleConnsPerHost:   100,
 		IdleConnTimeout:       90 * time.Second,
@@ -75,7 +85,7 @@ func New(cfg Config) *Proxy {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := targetFrom(pr.In)
 			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = t.hostPort()
+			pr.Out.URL.Host = t.poolKey()
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Del("X-API-KEY")
 		},
@@ -92,6 +102,9 @@ type route struct {
 }
 
 func (t route) hostPort() string { return net.JoinHostPort(t.addr.String(), strconv.Itoa(t.port)) }
+
+// poolKey names the upstream for the transport's connection pool.
+func (t route) poolKey() string { return net.JoinHostPort(t.id+".sandbox", strconv.Itoa(t.port)) }
 
 type ctxKey struct{}
 
