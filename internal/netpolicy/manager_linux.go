@@ -13,9 +13,12 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/moatsh/moat/internal/cleanup"
 )
 
 // netnsDir is where named network namespaces live, as with `ip netns add`.
@@ -58,14 +61,31 @@ func New(log *slog.Logger, opts ...Option) (*Manager, error) {
 
 // Close deletes the nftables table if no sandbox network exists any more; it
 // leaves everything alone otherwise, so a server restart keeps sandboxes online.
+// The default (server) table is never deleted: a server stopping while the
+// next one starts would otherwise remove the new server's firewall, and the
+// table matches nothing once no sandbox interface exists.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	n := len(m.alloc.byID)
 	m.mu.Unlock()
-	if n > 0 {
+	if n > 0 || m.o.table == defaultOptions().table {
 		return nil
 	}
 	return m.deleteTable()
+}
+
+// ensureTable reinstalls the table if something removed it since New: no
+// sandbox network is ever set up without its firewall.
+func (m *Manager) ensureTable() error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	if _, err := c.ListTableOfFamily(m.o.table, nftables.TableFamilyINet); err == nil {
+		return nil
+	}
+	m.log.Warn("nftables table missing, reinstalling", "table", m.o.table)
+	return m.installTable()
 }
 
 // Lookup returns the network of a sandbox set up (or recovered) by m.
@@ -94,10 +114,13 @@ func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *
 	if err := validID(id); err != nil {
 		return nil, err
 	}
-	var undo cleanups
+	if err := m.ensureTable(); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	var undo cleanup.Stack
 	defer func() {
 		if retErr != nil {
-			retErr = errors.Join(retErr, undo.run())
+			retErr = errors.Join(retErr, undo.Run())
 		}
 	}()
 	onHost := hostAddrs()
@@ -113,7 +136,7 @@ func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *
 	if err != nil {
 		return nil, err
 	}
-	undo.push(func() error { m.release(id); return nil })
+	undo.Push(func() error { m.release(id); return nil })
 	m.mu.Lock()
 	n := m.netOf(id, slot)
 	m.mu.Unlock()
@@ -121,11 +144,11 @@ func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *
 	if err := createNetns(m.o.netnsName(id)); err != nil {
 		return nil, fmt.Errorf("sandbox %s: create netns: %w", id, err)
 	}
-	undo.push(func() error { return deleteNetns(m.o.netnsName(id)) })
+	undo.Push(func() error { return deleteNetns(m.o.netnsName(id)) })
 	if err := m.createVeth(n); err != nil {
 		return nil, err
 	}
-	undo.push(func() error { return deleteLink(n.HostIf) })
+	undo.Push(func() error { return deleteLink(n.HostIf) })
 	if err := configureInside(n); err != nil {
 		return nil, err
 	}
@@ -136,7 +159,7 @@ func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *
 		if err := m.setAllowed(n.HostIf, true); err != nil {
 			return nil, fmt.Errorf("sandbox %s: %w", id, err)
 		}
-		undo.push(func() error { return m.setAllowed(n.HostIf, false) })
+		undo.Push(func() error { return m.setAllowed(n.HostIf, false) })
 	}
 	m.log.DebugContext(ctx, "network up", "sandbox", id, "if", n.HostIf, "addr", n.SandboxAddr, "internet", allowInternet)
 	return n, nil

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/runtime"
 )
 
 // Net is the network of one sandbox.
@@ -55,17 +56,7 @@ func WithScope(table, ifPrefix string, subnet netip.Prefix) Option {
 const ifnameIDLen = 12
 
 // validID reports whether id can name host objects.
-func validID(id string) error {
-	if id == "" || len(id) > 64 {
-		return fmt.Errorf("sandbox id %q: length must be 1..64: %w", id, errdefs.ErrInvalidArgument)
-	}
-	for _, c := range id {
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
-			return fmt.Errorf("sandbox id %q: only [a-z0-9] allowed: %w", id, errdefs.ErrInvalidArgument)
-		}
-	}
-	return nil
-}
+func validID(id string) error { return runtime.ValidateID(id, 64) }
 
 func (o *options) hostIf(id string) string {
 	if len(id) > ifnameIDLen {

@@ -21,11 +21,7 @@ import (
 const copyBuf = 256 << 10
 
 func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
-	if err := h.authorize(r, signature.OpRead); err != nil {
-		h.writeErr(w, r, err)
-		return
-	}
-	u, err := h.user(r)
+	u, err := h.caller(r, signature.OpRead)
 	if err != nil {
 		h.writeErr(w, r, err)
 		return

@@ -89,6 +89,14 @@ func (h *Handler) authorize(r *http.Request, operation string) error {
 		q.Get("signature"), q.Get("signature_expiration"), h.cfg.Now())
 }
 
+// caller authorizes r for operation and returns the user it acts as.
+func (h *Handler) caller(r *http.Request, operation string) (*users.User, error) {
+	if err := h.authorize(r, operation); err != nil {
+		return nil, err
+	}
+	return h.user(r)
+}
+
 // user resolves the username query parameter (absent = default user).
 func (h *Handler) user(r *http.Request) (*users.User, error) {
 	name := r.URL.Query().Get("username")

@@ -45,11 +45,7 @@ type upload struct {
 }
 
 func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
-	if err := h.authorize(r, signature.OpWrite); err != nil {
-		h.writeErr(w, r, err)
-		return
-	}
-	u, err := h.user(r)
+	u, err := h.caller(r, signature.OpWrite)
 	if err != nil {
 		h.writeErr(w, r, err)
 		return

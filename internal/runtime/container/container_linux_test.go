@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
 )
@@ -44,7 +45,7 @@ func TestMain(m *testing.M) {
 		}
 		return m.Run()
 	}()
-	_ = removeCgroups(testCgroups) // the tests' parent cgroup
+	_ = cgroups.RemoveAll(testCgroups) // the tests' parent cgroup
 	os.Exit(code)
 }
 

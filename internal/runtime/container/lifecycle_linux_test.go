@@ -12,6 +12,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/runtime"
 )
 
@@ -32,11 +33,11 @@ func TestLifecycle(t *testing.T) {
 				t.Errorf("handle = %+v", h)
 			}
 
-			cg := filepath.Join(cgroupRoot, "memory", testCgroups, h.ID)
+			cg := filepath.Join(cgroups.Root, "memory", testCgroups, h.ID)
 			checks := map[string]string{
-				filepath.Join(cg, "memory.limit_in_bytes"):                              fmt.Sprint(128 << 20),
-				filepath.Join(cgroupRoot, "pids", testCgroups, h.ID, "pids.max"):        "32",
-				filepath.Join(cgroupRoot, "cpu", testCgroups, h.ID, "cpu.cfs_quota_us"): "100000",
+				filepath.Join(cg, "memory.limit_in_bytes"):                                fmt.Sprint(128 << 20),
+				filepath.Join(cgroups.Root, "pids", testCgroups, h.ID, "pids.max"):        "32",
+				filepath.Join(cgroups.Root, "cpu", testCgroups, h.ID, "cpu.cfs_quota_us"): "100000",
 			}
 			for p, want := range checks {
 				if got := readFile(t, p); got != want {
@@ -53,8 +54,8 @@ func TestLifecycle(t *testing.T) {
 			if !strings.Contains(out, "fork") {
 				t.Errorf("40 processes under pids.max=32 all started: %q", out)
 			}
-			if cur, _ := readUint(filepath.Join(cgroupRoot, "pids", testCgroups, h.ID, "pids.current")); cur > 32 {
-				t.Errorf("pids.current = %d > 32", cur)
+			if st, _ := cgroups.ReadStats(testCgroups + "/" + h.ID); st.Pids > 32 {
+				t.Errorf("pids.current = %d > 32", st.Pids)
 			}
 
 			if err := r.Pause(ctx, h.ID); err != nil {
@@ -114,7 +115,7 @@ func assertGone(t *testing.T, r *Runtime, id string, pid int) {
 	if _, err := netlink.LinkByName("tc" + id[:12]); err == nil {
 		t.Errorf("veth of %s left", id)
 	}
-	if m, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", testCgroups, id)); len(m) > 0 {
+	if m, _ := filepath.Glob(filepath.Join(cgroups.Root, "*", testCgroups, id)); len(m) > 0 {
 		t.Errorf("cgroups left: %v", m)
 	}
 	if _, err := os.Stat(r.dir(id)); !os.IsNotExist(err) {

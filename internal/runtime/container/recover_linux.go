@@ -70,7 +70,7 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 			continue
 		}
 		h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: kept[id]}
-		b := r.box(id)
+		b := r.boxes.Get(id)
 		b.mu.Lock()
 		b.handle, b.created = h, true
 		r.pushAll(ctx, id, &b.undo)

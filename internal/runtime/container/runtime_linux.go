@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moatsh/moat/internal/cgroups"
+	"github.com/moatsh/moat/internal/cleanup"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
@@ -71,14 +73,13 @@ type Runtime struct {
 	others  []*oci // the other OCI runtime in its default root, for Recover only
 	net     *netpolicy.Manager
 
-	mu    sync.Mutex
-	boxes map[string]*sandbox // guarded by mu
+	boxes runtime.Boxes[sandbox]
 }
 
 // sandbox is one container's bookkeeping.
 type sandbox struct {
-	mu      sync.Mutex // serialises Create/Kill of the same ID
-	undo    cleanups   // guarded by mu
+	mu      sync.Mutex    // serialises Create/Kill of the same ID
+	undo    cleanup.Stack // guarded by mu
 	handle  *runtime.Handle
 	created bool // guarded by mu
 }
@@ -100,7 +101,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("container runtime: needs root (namespaces, cgroups, mounts): %w", errdefs.ErrPermissionDenied)
 	}
-	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o, boxes: map[string]*sandbox{}}
+	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o}
 	probeRoot := o.stateRoot
 	if probeRoot == "" {
 		probeRoot = "/run/moat"
@@ -134,25 +135,6 @@ func (r *Runtime) dir(id string) string           { return filepath.Join(r.dataD
 func (r *Runtime) cgroupsPath(id string) string   { return r.o.cgroupParent + "/" + id }
 
 // box returns the bookkeeping entry of id, creating it.
-func (r *Runtime) box(id string) *sandbox {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	b, ok := r.boxes[id]
-	if !ok {
-		b = &sandbox{}
-		r.boxes[id] = b
-	}
-	return b
-}
-
-func (r *Runtime) forget(id string, b *sandbox) {
-	r.mu.Lock()
-	if r.boxes[id] == b {
-		delete(r.boxes, id)
-	}
-	r.mu.Unlock()
-}
-
 // Create implements runtime.Runtime: overlay, network, bundle, `run -d`, then
 // it waits until envd accepts TCP connections. On error everything is undone.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Handle, retErr error) {
@@ -163,7 +145,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 		return nil, fmt.Errorf("sandbox %s: template rootfs %q has no /usr/local/bin/envd: %w", spec.ID, spec.RootfsDir, errdefs.ErrInvalidArgument)
 	}
 	id := spec.ID
-	b := r.box(id)
+	b := r.boxes.Get(id)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.created {
@@ -171,8 +153,8 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	}
 	defer func() {
 		if retErr != nil {
-			retErr = errors.Join(retErr, b.undo.run())
-			r.forget(id, b)
+			retErr = errors.Join(retErr, b.undo.Run())
+			r.boxes.Forget(id, b)
 		}
 	}()
 	start := time.Now()
@@ -186,7 +168,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	}
 	defer logf.Close()
 	prepared := time.Now()
-	b.undo.push(func() error { return r.deleteContainer(context.WithoutCancel(ctx), id) })
+	b.undo.Push(func() error { return r.deleteContainer(context.WithoutCancel(ctx), id) })
 	pidFile := filepath.Join(r.dir(id), "pid")
 	if err := r.oci.start(ctx, r.dir(id), r.containerName(id), pidFile, logf); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
@@ -210,7 +192,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 
 // prepare builds the bundle: directories, overlay, network, /etc files and
 // config.json, pushing an undo for each.
-func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanups) (*netpolicy.Net, error) {
+func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanup.Stack) (*netpolicy.Net, error) {
 	id := spec.ID
 	dir := r.dir(id)
 	if _, err := os.Stat(dir); err == nil {
@@ -226,12 +208,12 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanups
 			return nil, fmt.Errorf("sandbox %s: %w", id, err)
 		}
 	}
-	undo.push(func() error { return removeDir(dir) })
+	undo.Push(func() error { return removeDir(dir) })
 	n, err := r.net.Setup(ctx, id, spec.AllowInternet)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	undo.push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
+	undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
 	// Written to the upper dir before mounting, never through the template's symlinks.
 	if err := writeEtc(filepath.Join(dir, "upper"), spec, n.SandboxAddr); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
@@ -239,7 +221,7 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanups
 	if err := mountOverlay(spec.RootfsDir, dir); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	undo.push(func() error { return unmountRootfs(dir) })
+	undo.Push(func() error { return unmountRootfs(dir) })
 	if err := writeJSON(filepath.Join(dir, "config.json"), ociSpec(spec, n.NSPath, r.cgroupsPath(id))); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
@@ -276,15 +258,15 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
 		return err
 	}
-	b := r.box(id)
+	b := r.boxes.Get(id)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.created {
 		r.pushAll(ctx, id, &b.undo)
 	}
-	err := b.undo.run()
+	err := b.undo.Run()
 	b.created = false
-	r.forget(id, b)
+	r.boxes.Forget(id, b)
 	if err != nil {
 		return fmt.Errorf("kill sandbox %s: %w", id, err)
 	}
@@ -293,13 +275,13 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 }
 
 // pushAll stacks every by-name undo, in Create's order.
-func (r *Runtime) pushAll(ctx context.Context, id string, undo *cleanups) {
+func (r *Runtime) pushAll(ctx context.Context, id string, undo *cleanup.Stack) {
 	ctx = context.WithoutCancel(ctx)
 	dir := r.dir(id)
-	undo.push(func() error { return removeDir(dir) })
-	undo.push(func() error { return r.net.Teardown(ctx, id) })
-	undo.push(func() error { return unmountRootfs(dir) })
-	undo.push(func() error { return r.deleteContainer(ctx, id) })
+	undo.Push(func() error { return removeDir(dir) })
+	undo.Push(func() error { return r.net.Teardown(ctx, id) })
+	undo.Push(func() error { return unmountRootfs(dir) })
+	undo.Push(func() error { return r.deleteContainer(ctx, id) })
 }
 
 // deleteContainer kills and deletes the container and removes its cgroups.
@@ -310,7 +292,7 @@ func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
 	if errdefs.IsNotFound(err) {
 		err = nil
 	}
-	return errors.Join(err, removeCgroups(r.cgroupsPath(id)))
+	return errors.Join(err, cgroups.RemoveAll(r.cgroupsPath(id)))
 }
 
 // Pause implements runtime.Runtime with the cgroup freezer.
@@ -340,23 +322,14 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	if err := validID(id); err != nil {
 		return runtime.Stats{}, err
 	}
-	return readStats(r.cgroupsPath(id))
+	return cgroups.ReadStats(r.cgroupsPath(id))
 }
 
 // Close releases the network policy when no sandbox is left (see netpolicy.Manager.Close).
 func (r *Runtime) Close() error { return r.net.Close() }
 
-func validID(id string) error {
-	if id == "" || len(id) > 64 {
-		return fmt.Errorf("sandbox id %q: %w", id, errdefs.ErrInvalidArgument)
-	}
-	for _, c := range id {
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
-			return fmt.Errorf("sandbox id %q: only [a-z0-9]: %w", id, errdefs.ErrInvalidArgument)
-		}
-	}
-	return nil
-}
+// validID reports whether id can name this backend's host objects: up to 64 of [a-z0-9].
+func validID(id string) error { return runtime.ValidateID(id, 64) }
 
 func readPID(p string) (int, error) {
 	b, err := os.ReadFile(p)

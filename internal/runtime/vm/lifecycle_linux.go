@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/moatsh/moat/internal/cgroups"
+	"github.com/moatsh/moat/internal/cleanup"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/qmp"
@@ -23,17 +25,8 @@ const qemuOverheadMiB = 320
 // limited inside the guest, not here.
 const qemuPids = 256
 
-func validID(id string) error {
-	if id == "" || len(id) > 40 {
-		return fmt.Errorf("sandbox id %q: length must be 1..40: %w", id, errdefs.ErrInvalidArgument)
-	}
-	for _, c := range id {
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
-			return fmt.Errorf("sandbox id %q: only [a-z0-9] allowed: %w", id, errdefs.ErrInvalidArgument)
-		}
-	}
-	return nil
-}
+// validID reports whether id can name this backend's host objects: up to 40 of [a-z0-9].
+func validID(id string) error { return runtime.ValidateID(id, 40) }
 
 func withDefaults(spec runtime.Spec) runtime.Spec {
 	if spec.VCPUs <= 0 {
@@ -60,7 +53,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	}
 	spec = withDefaults(spec)
 	id := spec.ID
-	b := r.box(id)
+	b := r.boxes.Get(id)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.created {
@@ -68,9 +61,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	}
 	defer func() {
 		if retErr != nil {
-			retErr = errors.Join(retErr, b.undo.run())
+			retErr = errors.Join(retErr, b.undo.Run())
 			b.proc, b.qmp = nil, nil
-			r.forget(id, b)
+			r.boxes.Forget(id, b)
 		}
 	}()
 	start := time.Now()
@@ -107,7 +100,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	b.undo.push(func() error { return os.RemoveAll(dir) })
+	b.undo.Push(func() error { return os.RemoveAll(dir) })
 	if err := qcow2Overlay(ctx, snap.disk(), "qcow2", filepath.Join(dir, "disk.qcow2")); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
@@ -115,10 +108,10 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 	if err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	b.undo.push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
+	b.undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
 	m := r.machineFor("moat-"+id, dir, snap)
 	m.Disk, m.Incoming = filepath.Join(dir, "disk.qcow2"), true
-	lim := &limits{MemoryBytes: int64(spec.MemoryMiB+qemuOverheadMiB) << 20, Pids: qemuPids, CPUs: spec.VCPUs}
+	lim := &cgroups.Limits{MemoryBytes: int64(spec.MemoryMiB+qemuOverheadMiB) << 20, Pids: qemuPids, CPUs: spec.VCPUs}
 	p, c, err := r.launch(ctx, r.cgroupPath(id), n, m, lim, &b.undo)
 	if err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
@@ -153,7 +146,7 @@ func (r *Runtime) machineFor(name, dir string, snap *snapshot) *machine {
 // launch prepares the guest network in n's namespace, starts QEMU there
 // (in cgroup cg with lim, when lim is set) and connects to its QMP socket.
 // Each acquisition pushes its undo onto undo.
-func (r *Runtime) launch(ctx context.Context, cg string, n *netpolicy.Net, m *machine, lim *limits, undo *cleanups) (*proc, *qmp.Client, error) {
+func (r *Runtime) launch(ctx context.Context, cg string, n *netpolicy.Net, m *machine, lim *cgroups.Limits, undo *cleanup.Stack) (*proc, *qmp.Client, error) {
 	if len(m.QMP) >= 108 {
 		return nil, nil, fmt.Errorf("qmp socket path %s is too long for a unix socket (shorten the data dir): %w", m.QMP, errdefs.ErrInvalidArgument)
 	}
@@ -161,8 +154,8 @@ func (r *Runtime) launch(ctx context.Context, cg string, n *netpolicy.Net, m *ma
 		return nil, nil, err
 	}
 	if lim != nil {
-		undo.push(func() error { return removeCgroup(cg) })
-		if err := createCgroup(cg, *lim); err != nil {
+		undo.Push(func() error { return cgroups.Remove(cg) })
+		if err := cgroups.Create(cg, *lim); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -171,7 +164,7 @@ func (r *Runtime) launch(ctx context.Context, cg string, n *netpolicy.Net, m *ma
 		return nil, nil, err
 	}
 	var c *qmp.Client
-	undo.push(func() error {
+	undo.Push(func() error {
 		err := p.stop(context.Background(), c)
 		if c != nil {
 			c.Close()
@@ -179,7 +172,7 @@ func (r *Runtime) launch(ctx context.Context, cg string, n *netpolicy.Net, m *ma
 		return err
 	})
 	if lim != nil {
-		if err := addToCgroup(cg, p.pid); err != nil {
+		if err := cgroups.AddPID(cg, p.pid); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -214,15 +207,15 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
 		return err
 	}
-	b := r.box(id)
+	b := r.boxes.Get(id)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.created {
 		r.pushAll(ctx, id, b)
 	}
-	err := b.undo.run()
+	err := b.undo.Run()
 	b.created, b.proc, b.qmp = false, nil, nil
-	r.forget(id, b)
+	r.boxes.Forget(id, b)
 	if err != nil {
 		return fmt.Errorf("kill sandbox %s: %w", id, err)
 	}
@@ -234,10 +227,10 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 func (r *Runtime) pushAll(ctx context.Context, id string, b *sandbox) {
 	ctx = context.WithoutCancel(ctx)
 	dir := r.sandboxDir(id)
-	b.undo.push(func() error { return os.RemoveAll(dir) })
-	b.undo.push(func() error { return r.net.Teardown(ctx, id) })
-	b.undo.push(func() error { return removeCgroup(r.cgroupPath(id)) })
-	b.undo.push(func() error {
+	b.undo.Push(func() error { return os.RemoveAll(dir) })
+	b.undo.Push(func() error { return r.net.Teardown(ctx, id) })
+	b.undo.Push(func() error { return cgroups.Remove(r.cgroupPath(id)) })
+	b.undo.Push(func() error {
 		p := b.proc
 		if p == nil {
 			p = adoptProc(dir)
@@ -261,7 +254,7 @@ func (r *Runtime) pushAll(ctx context.Context, id string, b *sandbox) {
 
 // client returns the sandbox's QMP connection, dialling it for adopted VMs.
 func (r *Runtime) client(ctx context.Context, id string) (*sandbox, *qmp.Client, error) {
-	b, ok := r.lookup(id)
+	b, ok := r.boxes.Lookup(id)
 	if !ok {
 		return nil, nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
@@ -288,7 +281,7 @@ func (r *Runtime) runState(ctx context.Context, id, cmd string) error {
 	if err := validID(id); err != nil {
 		return err
 	}
-	b, ok := r.lookup(id)
+	b, ok := r.boxes.Lookup(id)
 	if !ok {
 		return fmt.Errorf("%s sandbox %s: %w", cmd, id, errdefs.ErrNotFound)
 	}
@@ -312,7 +305,7 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	if err := validID(id); err != nil {
 		return runtime.Stats{}, err
 	}
-	st, err := readStats(r.cgroupPath(id))
+	st, err := cgroups.ReadStats(r.cgroupPath(id))
 	if err != nil {
 		return st, fmt.Errorf("stats of sandbox %s: %w", id, err)
 	}
@@ -321,7 +314,7 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 
 // Alive implements runtime.Runtime: the QEMU process exists.
 func (r *Runtime) Alive(ctx context.Context, id string) bool {
-	b, ok := r.lookup(id)
+	b, ok := r.boxes.Lookup(id)
 	if !ok {
 		return false
 	}

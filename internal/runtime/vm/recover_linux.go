@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/runtime"
 )
 
@@ -76,7 +77,7 @@ func (r *Runtime) adopt(id string, live bool) *runtime.Handle {
 	if p == nil || !ok {
 		return nil
 	}
-	b := r.box(id)
+	b := r.boxes.Get(id)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.proc = p
@@ -88,7 +89,7 @@ func (r *Runtime) adopt(id string, live bool) *runtime.Handle {
 
 func (r *Runtime) removeStrayCgroups(live, seen map[string]bool) error {
 	var errs []error
-	for _, d := range cgroupDirs(r.o.cgroupParent) {
+	for _, d := range cgroups.Dirs(r.o.cgroupParent) {
 		entries, _ := os.ReadDir(d)
 		for _, e := range entries {
 			if !e.IsDir() || validID(e.Name()) != nil || live[e.Name()] || seen[e.Name()] {
@@ -96,7 +97,7 @@ func (r *Runtime) removeStrayCgroups(live, seen map[string]bool) error {
 			}
 			// The parent may be shared with other backends: only empty ones go.
 			if procs, err := os.ReadFile(filepath.Join(d, e.Name(), "cgroup.procs")); err == nil && len(procs) == 0 {
-				errs = append(errs, removeCgroup(r.cgroupPath(e.Name())))
+				errs = append(errs, cgroups.Remove(r.cgroupPath(e.Name())))
 			}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moatsh/moat/internal/cleanup"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/qmp"
@@ -86,14 +87,13 @@ type Runtime struct {
 	boot      *bootFiles             // guarded by snapMu
 	snapLocks map[string]*sync.Mutex // snapshot dir → its lock; guarded by snapMu
 
-	mu    sync.Mutex
-	boxes map[string]*sandbox // guarded by mu
+	boxes runtime.Boxes[sandbox]
 }
 
 // sandbox is one VM's bookkeeping.
 type sandbox struct {
-	mu      sync.Mutex // serialises Create/Kill/Pause/Resume of the same ID
-	undo    cleanups   // guarded by mu
+	mu      sync.Mutex    // serialises Create/Kill/Pause/Resume of the same ID
+	undo    cleanup.Stack // guarded by mu
 	handle  *runtime.Handle
 	proc    *proc       // guarded by mu
 	qmp     *qmp.Client // guarded by mu; nil for adopted VMs until needed
@@ -137,7 +137,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 		}
 	}
 	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, tscKHz: hostTSCkHz(),
-		snapLocks: map[string]*sync.Mutex{}, boxes: map[string]*sandbox{}}
+		snapLocks: map[string]*sync.Mutex{}}
 	for _, d := range []string{"kernel", "templates", "sandboxes"} {
 		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("vm runtime: %w", err)
@@ -157,32 +157,6 @@ func (r *Runtime) Name() string { return Name }
 
 func (r *Runtime) sandboxDir(id string) string { return filepath.Join(r.dir, "sandboxes", id) }
 func (r *Runtime) cgroupPath(id string) string { return r.o.cgroupParent + "/" + id }
-
-func (r *Runtime) box(id string) *sandbox {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	b, ok := r.boxes[id]
-	if !ok {
-		b = &sandbox{}
-		r.boxes[id] = b
-	}
-	return b
-}
-
-func (r *Runtime) lookup(id string) (*sandbox, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	b, ok := r.boxes[id]
-	return b, ok
-}
-
-func (r *Runtime) forget(id string, b *sandbox) {
-	r.mu.Lock()
-	if r.boxes[id] == b {
-		delete(r.boxes, id)
-	}
-	r.mu.Unlock()
-}
 
 // waitHealth polls envd's /health at addr until it answers 204.
 func waitHealth(ctx context.Context, addr string, timeout time.Duration) error {

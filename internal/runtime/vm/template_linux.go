@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moatsh/moat/internal/cleanup"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 )
@@ -100,13 +101,13 @@ func (r *Runtime) takeSnapshot(ctx context.Context, img string, s *snapshot, met
 	}
 	sum := sha256.Sum256([]byte(s.Dir))
 	bootID := "tpl" + hex.EncodeToString(sum[:])[:12]
-	var undo cleanups
-	defer func() { retErr = errors.Join(retErr, undo.run()) }()
+	var undo cleanup.Stack
+	defer func() { retErr = errors.Join(retErr, undo.Run()) }()
 	n, err := r.net.Setup(ctx, bootID, false)
 	if err != nil {
 		return err
 	}
-	undo.push(func() error { return r.net.Teardown(ctx, bootID) })
+	undo.Push(func() error { return r.net.Teardown(ctx, bootID) })
 	m := r.machineFor("moat-"+bootID, s.Dir, s)
 	m.Disk, m.MemShared = s.disk(), true
 	t0 := time.Now()
@@ -129,7 +130,7 @@ func (r *Runtime) takeSnapshot(ctx context.Context, img string, s *snapshot, met
 		return fmt.Errorf("save state: %w", err)
 	}
 	t2 := time.Now()
-	if err := undo.run(); err != nil {
+	if err := undo.Run(); err != nil {
 		return err
 	}
 	for _, f := range []string{"qmp.sock", "pid"} {

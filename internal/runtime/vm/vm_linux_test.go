@@ -24,6 +24,7 @@ import (
 
 	procpb "github.com/moatsh/moat/api/envd/process"
 	"github.com/moatsh/moat/api/envd/process/processconnect"
+	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
@@ -58,7 +59,7 @@ func TestMain(m *testing.M) {
 			_, _ = shared.Recover(context.Background(), nil) // everything left over goes
 			_ = shared.net.Close()
 		}
-		_ = removeCgroup(testCgroup)
+		_ = cgroups.Remove(testCgroup)
 		return code
 	}()
 	os.Exit(code)
@@ -335,7 +336,7 @@ func killAndCheck(t *testing.T, r *Runtime, h *runtime.Handle) {
 			t.Errorf("%s left behind", p)
 		}
 	}
-	for _, d := range cgroupDirs(r.cgroupPath(h.ID)) {
+	for _, d := range cgroups.Dirs(r.cgroupPath(h.ID)) {
 		if _, err := os.Stat(d); err == nil {
 			t.Errorf("cgroup %s left behind", d)
 		}
@@ -347,7 +348,7 @@ func TestRecoverAdoptsLiveAndRemovesOthers(t *testing.T) {
 	keep, drop := create(t, r), create(t, r)
 	// A second Runtime over the same data dir plays the restarted server.
 	r2 := &Runtime{log: r.log, dir: r.dir, o: r.o, net: r.net, tscKHz: r.tscKHz,
-		snapLocks: map[string]*sync.Mutex{}, boxes: map[string]*sandbox{}}
+		snapLocks: map[string]*sync.Mutex{}}
 	hs, err := r2.Recover(context.Background(), []string{keep.ID})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,125 @@
+package cgroups
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Root is where the cgroup hierarchies are mounted.
+const Root = "/sys/fs/cgroup"
+
+// V2Only reports a pure cgroup v2 host (no v1 hierarchies).
+func V2Only() bool {
+	_, err := os.Stat(filepath.Join(Root, "cgroup.controllers"))
+	return err == nil
+}
+
+// Dirs are the directories of path in each hierarchy Create limits: the
+// memory, pids, cpu and cpuacct hierarchies on v1 (each once, as cpu and
+// cpuacct may be links to one cpu,cpuacct mount), the unified tree on v2.
+func Dirs(path string) []string {
+	if V2Only() {
+		return []string{filepath.Join(Root, path)}
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, c := range []string{"memory", "pids", "cpu", "cpuacct"} {
+		real, err := filepath.EvalSymlinks(filepath.Join(Root, c)) // cpu → cpu,cpuacct on some hosts
+		if err == nil && !seen[real] {
+			seen[real] = true
+			out = append(out, filepath.Join(real, path))
+		}
+	}
+	return out
+}
+
+// allDirs are the directories of path in every mounted hierarchy, as an OCI
+// runtime creates a container's cgroup in all of them.
+func allDirs(path string) []string {
+	dirs := []string{filepath.Join(Root, path)}
+	entries, _ := os.ReadDir(Root)
+	for _, e := range entries {
+		if e.IsDir() { // controllers mounted as dirs; the cpu → cpu,cpuacct symlinks are skipped
+			dirs = append(dirs, filepath.Join(Root, e.Name(), path))
+		}
+	}
+	return dirs
+}
+
+// Limits are what the processes of one cgroup may use.
+type Limits struct {
+	MemoryBytes int64
+	Pids        int64
+	CPUs        int
+}
+
+// Create makes path in every hierarchy of Dirs and writes lim to the limit
+// files the host has.
+func Create(path string, lim Limits) error {
+	quota := strconv.Itoa(lim.CPUs * 100000)
+	var files map[string]string
+	if V2Only() {
+		files = map[string]string{"memory.max": strconv.FormatInt(lim.MemoryBytes, 10),
+			"pids.max": strconv.FormatInt(lim.Pids, 10), "cpu.max": quota + " 100000"}
+	} else {
+		files = map[string]string{"memory.limit_in_bytes": strconv.FormatInt(lim.MemoryBytes, 10),
+			"pids.max": strconv.FormatInt(lim.Pids, 10), "cpu.cfs_quota_us": quota}
+	}
+	for _, d := range Dirs(path) {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("cgroup %s: %w", d, err)
+		}
+		for f, v := range files {
+			p := filepath.Join(d, f)
+			if _, err := os.Stat(p); err != nil {
+				continue
+			}
+			if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+				return fmt.Errorf("cgroup %s = %s: %w", p, v, err)
+			}
+		}
+	}
+	return nil
+}
+
+// AddPID moves process pid into path in every hierarchy of Dirs.
+func AddPID(path string, pid int) error {
+	for _, d := range Dirs(path) {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			return fmt.Errorf("cgroup %s: add pid %d: %w", d, pid, err)
+		}
+	}
+	return nil
+}
+
+// Remove removes path from the hierarchies of Dirs; absent is fine.
+func Remove(path string) error { return removeDirs(Dirs(path)) }
+
+// RemoveAll removes path from every mounted hierarchy (where an OCI runtime
+// creates it); absent is fine.
+func RemoveAll(path string) error { return removeDirs(allDirs(path)) }
+
+// removeDirs removes each cgroup directory, retrying while the kernel still
+// reports it busy: a just-killed process may linger for a moment.
+func removeDirs(dirs []string) error {
+	var errs []error
+	for _, d := range dirs {
+		var err error
+		for i := 0; i < 40; i++ {
+			if err = os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) || !errors.Is(err, unix.EBUSY) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
+}

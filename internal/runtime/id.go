@@ -1,0 +1,22 @@
+package runtime
+
+import (
+	"fmt"
+
+	"github.com/moatsh/moat/internal/errdefs"
+)
+
+// ValidateID checks that id can name host objects (directories, cgroups,
+// netns, interfaces): 1..maxLen characters of [a-z0-9]. Each user passes
+// the longest ID its own names have room for.
+func ValidateID(id string, maxLen int) error {
+	if id == "" || len(id) > maxLen {
+		return fmt.Errorf("sandbox id %q: length must be 1..%d: %w", id, maxLen, errdefs.ErrInvalidArgument)
+	}
+	for _, c := range id {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return fmt.Errorf("sandbox id %q: only [a-z0-9] allowed: %w", id, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}

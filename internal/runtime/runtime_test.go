@@ -1,0 +1,59 @@
+package runtime
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/moatsh/moat/internal/errdefs"
+)
+
+func TestValidateID(t *testing.T) {
+	for _, tc := range []struct {
+		id  string
+		max int
+		ok  bool
+	}{
+		{"abc123", 64, true},
+		{strings.Repeat("a", 40), 40, true},
+		{strings.Repeat("a", 41), 40, false},
+		{"", 64, false},
+		{"ABC", 64, false},
+		{"a-b", 64, false},
+		{"../x", 64, false},
+	} {
+		err := ValidateID(tc.id, tc.max)
+		if (err == nil) != tc.ok {
+			t.Errorf("ValidateID(%q, %d) = %v, want ok=%v", tc.id, tc.max, err, tc.ok)
+		}
+		if err != nil && !errdefs.IsInvalidArgument(err) {
+			t.Errorf("ValidateID(%q, %d) = %v, want an invalid-argument error", tc.id, tc.max, err)
+		}
+	}
+}
+
+func TestBoxes(t *testing.T) {
+	type box struct{ n int }
+	var b Boxes[box]
+	if _, ok := b.Lookup("a"); ok {
+		t.Fatal("Lookup on empty Boxes found an entry")
+	}
+	a := b.Get("a")
+	a.n = 1
+	if got := b.Get("a"); got != a {
+		t.Fatal("second Get returned a different entry")
+	}
+	if got, ok := b.Lookup("a"); !ok || got != a {
+		t.Fatalf("Lookup = %v, %v; want the entry", got, ok)
+	}
+	b.Forget("a", &box{}) // not the current entry: kept
+	if _, ok := b.Lookup("a"); !ok {
+		t.Fatal("Forget of a stale entry removed the current one")
+	}
+	b.Forget("a", a)
+	if _, ok := b.Lookup("a"); ok {
+		t.Fatal("Forget did not remove the entry")
+	}
+	if got := b.Get("a"); got == a {
+		t.Fatal("Get after Forget returned the forgotten entry")
+	}
+}
