@@ -18,6 +18,8 @@ repo="$(pwd)"
 export MOAT_DATA_DIR="${MOAT_CI_DATA_DIR:-/var/lib/moat-ci}"
 export MOAT_E2E_DATA_DIR="$MOAT_DATA_DIR"
 export MOAT_BIN="$repo/bin/moat"
+# Every e2e server's full log lands here; the tail is printed when a suite fails.
+export MOAT_E2E_LOG_DIR="${MOAT_E2E_LOG_DIR:-$(mktemp -d /tmp/moat-e2e-logs.XXXXXX)}"
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -64,7 +66,14 @@ log "end-to-end suites (test/e2e, e2b $(node -p "require('./test/e2e/package.jso
   # shellcheck disable=SC2086
   suites=${MOAT_E2E_SUITES:-$(ls ./*.test.mjs)}
   node --test --test-concurrency=1 --test-timeout=600000 --test-force-exit $suites
-) || failed+=("e2e")
+) || {
+  failed+=("e2e")
+  for f in "$MOAT_E2E_LOG_DIR"/*.log; do
+    [ -f "$f" ] || continue
+    printf '\n--- last lines of %s ---\n' "$f" >&2
+    grep -E 'level=(WARN|ERROR)' "$f" | tail -n 20 >&2 || true
+  done
+}
 
 log "final host leak check"
 leaks="$(

@@ -20,7 +20,7 @@
 // matters goes through within() and every test passes its own `timeout`.
 
 import { spawn, execFile } from 'node:child_process'
-import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs'
+import { appendFileSync, existsSync, mkdirSync, readFileSync, readdirSync, statSync } from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
@@ -105,8 +105,14 @@ export class MoatServer {
     const proc = spawn(moatBin, args, { stdio: ['ignore', 'pipe', 'pipe'] })
     this.proc = proc
     let ready = false
+    // MOAT_E2E_LOG_DIR keeps every server's full log for post-mortems.
+    const logFile = process.env.MOAT_E2E_LOG_DIR
+      ? `${process.env.MOAT_E2E_LOG_DIR}/moat-serve-${this.port}-${proc.pid}.log`
+      : null
+    if (logFile) mkdirSync(process.env.MOAT_E2E_LOG_DIR, { recursive: true })
     const onData = (buf) => {
       const s = buf.toString()
+      if (logFile) appendFileSync(logFile, s)
       this.log += s
       if (this.log.length > 1 << 20) this.log = this.log.slice(-(1 << 19))
       if (process.env.MOAT_E2E_VERBOSE) process.stderr.write(`[moat ${this.port}] ${s}`)
