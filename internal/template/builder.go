@@ -177,7 +177,15 @@ func fullBuild(ctx context.Context, def Definition, lay Layout, opts Options, lo
 	}
 	prog := newProgress(opts.Out, fmt.Sprintf("building template %s (Debian %s, %d packages; log: %s)",
 		def.Name, def.Suite, len(def.Packages), lay.BuildLogPath(def.Name)))
-	err = runLogged(ctx, prog, logf, bin, mmdebstrapArgs(def, target, steps, aptCache)...)
+	// Host files are fetched first: a registry problem fails fast.
+	hostFiles, err := fetchHostFiles(ctx, def, lay, prog)
+	if err == nil {
+		err = runLogged(ctx, prog, logf, bin, mmdebstrapArgs(def, target, steps, aptCache)...)
+	}
+	if err == nil && len(hostFiles) > 0 {
+		prog.Line("I: installing host files")
+		err = installHostFiles(target, def, hostFiles)
+	}
 	if err == nil {
 		prog.Line("I: installing envd and static files")
 		err = finalize(target, opts.EnvdPath)

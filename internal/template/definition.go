@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"path"
 	"regexp"
 	"slices"
 	"sort"
@@ -24,6 +26,9 @@ type Definition struct {
 	// Steps run in order inside the chroot after the packages are installed
 	// (mmdebstrap --customize-hook), as root, with networking available.
 	Steps []Step
+	// Files are fetched on the host (not inside the chroot) and installed
+	// into the rootfs after the steps, before envd.
+	Files []HostFile
 
 	// Default resources of sandboxes created from the template.
 	CPUCount   int
@@ -35,6 +40,21 @@ type Definition struct {
 type Step struct {
 	Name   string // short label shown in progress output
 	Script string
+}
+
+// HostFile is a file the build fetches on the host and copies into the
+// rootfs: today an executable taken from an npm package (npm pack, cached
+// under <DataDir>/cache/npm per exact package version).
+type HostFile struct {
+	Name string // short label shown in progress output
+	// NPM is the package spec "name@version"; the version must be exact,
+	// so that the cache key (which hashes it) pins the content.
+	NPM string
+	// Member is the file to take, relative to the package root ("package/"
+	// in the tarball); "" means the executable named like Dest's base name.
+	Member string
+	Dest   string      // absolute path in the rootfs
+	Mode   fs.FileMode // permission bits; 0 means 0755
 }
 
 // BuildScriptVersion is part of every cache key. Bump it whenever the build
@@ -91,9 +111,52 @@ var basePackages = []string{
 	"less", "procps", "python3", "sudo",
 }
 
+// DenoVersion is the Deno release in code-interpreter-v1 (JavaScript and
+// TypeScript kernels: `deno jupyter`). It is part of the cache key.
+const DenoVersion = "2.9.6"
+
+// codeInterpreterPackages are the Debian packages of code-interpreter-v1 on
+// top of base: the Python kernel with the usual data libraries, and R with
+// IRkernel.
+var codeInterpreterPackages = append(slices.Clone(basePackages),
+	"python3-ipykernel", "python3-numpy", "python3-pandas", "python3-matplotlib",
+	"python3-scipy", "python3-seaborn", "python3-requests",
+	"r-base-core", "r-cran-irkernel",
+)
+
+// kernelspecStep makes sure the Jupyter kernelspecs envd looks for exist
+// (Debian's python3-ipykernel and r-cran-irkernel ship them; this registers
+// them should a package stop doing so), registers Deno's, and checks that
+// the libraries import.
+var kernelspecStep = Step{Name: "kernelspecs", Script: `
+k=/usr/share/jupyter/kernels
+if [ ! -f $k/python3/kernel.json ]; then
+	mkdir -p $k/python3
+	cat > $k/python3/kernel.json <<'EOF'
+{"argv": ["python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "Python 3 (ipykernel)", "language": "python"}
+EOF
+fi
+if [ ! -f $k/ir/kernel.json ]; then
+	mkdir -p $k/ir
+	cat > $k/ir/kernel.json <<'EOF'
+{"argv": ["R", "--slave", "-e", "IRkernel::main()", "--args", "{connection_file}"], "display_name": "R", "language": "R"}
+EOF
+fi
+# Deno (installed after the steps) has no package to ship a kernelspec.
+# NO_COLOR: without it Deno's text/plain results carry ANSI colour codes.
+# interrupt_mode message: SIGINT kills deno's kernel (state lost), while an
+# interrupt_request stops a busy loop and keeps the state.
+mkdir -p $k/deno
+cat > $k/deno/kernel.json <<'EOF'
+{"argv": ["/usr/local/bin/deno", "jupyter", "--kernel", "--conn", "{connection_file}"], "display_name": "Deno", "language": "typescript", "interrupt_mode": "message", "env": {"NO_COLOR": "1"}}
+EOF
+python3 -c 'import ipykernel, numpy, pandas, matplotlib, scipy, seaborn, requests'
+R --slave -e 'library(IRkernel)' >/dev/null
+`}
+
 // builtins is the table of templates `moat template build NAME` knows.
-// Add new ones (code-interpreter-v1, ...) here: a Definition with its
-// packages and steps is all a template needs.
+// Add new ones here: a Definition with its packages, steps and host files
+// is all a template needs.
 var builtins = map[string]Definition{
 	"base": {
 		Name:       "base",
@@ -104,6 +167,23 @@ var builtins = map[string]Definition{
 		CPUCount:   2,
 		MemoryMB:   512,
 		DiskSizeMB: 2048,
+	},
+	"code-interpreter-v1": {
+		Name:     "code-interpreter-v1",
+		Suite:    DefaultSuite,
+		Mirror:   DefaultMirror,
+		Variant:  DefaultVariant,
+		Packages: codeInterpreterPackages,
+		Steps:    []Step{kernelspecStep},
+		Files: []HostFile{{
+			Name: "deno",
+			NPM:  "@deno/linux-x64-glibc@" + DenoVersion,
+			Dest: "/usr/local/bin/deno",
+			Mode: 0o755,
+		}},
+		CPUCount:   2,
+		MemoryMB:   1024,
+		DiskSizeMB: 4096,
 	},
 }
 
@@ -119,6 +199,7 @@ func Lookup(name string) (Definition, error) {
 	}
 	d.Packages = slices.Clone(d.Packages)
 	d.Steps = slices.Clone(d.Steps)
+	d.Files = slices.Clone(d.Files)
 	return d, nil
 }
 
@@ -136,6 +217,8 @@ var (
 	nameRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 	suiteRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`)
 	packageRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+(:[a-z0-9]+)?$`)
+	// npmSpecRE accepts "[@scope/]name@X.Y.Z[-pre][+build]": exact versions only.
+	npmSpecRE = regexp.MustCompile(`^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*@[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]+)?$`)
 	variants  = []string{"extract", "custom", "essential", "apt", "minbase", "buildd", "important", "standard"}
 )
 
@@ -164,6 +247,20 @@ func (d Definition) Validate() error {
 			return fmt.Errorf("template %s: step %d needs a name and a script", d.Name, i)
 		}
 	}
+	for i, f := range d.Files {
+		switch {
+		case f.Name == "":
+			return fmt.Errorf("template %s: file %d needs a name", d.Name, i)
+		case !npmSpecRE.MatchString(f.NPM):
+			return fmt.Errorf("template %s: file %s: npm spec %q: want name@exact-version", d.Name, f.Name, f.NPM)
+		case !path.IsAbs(f.Dest) || path.Clean(f.Dest) != f.Dest || f.Dest == "/":
+			return fmt.Errorf("template %s: file %s: destination %q must be a clean absolute path", d.Name, f.Name, f.Dest)
+		case f.Member != "" && !fs.ValidPath(f.Member):
+			return fmt.Errorf("template %s: file %s: invalid member %q", d.Name, f.Name, f.Member)
+		case f.Mode&^fs.ModePerm != 0:
+			return fmt.Errorf("template %s: file %s: mode %v has non-permission bits", d.Name, f.Name, f.Mode)
+		}
+	}
 	return nil
 }
 
@@ -173,9 +270,9 @@ func (d Definition) steps() []Step {
 }
 
 // CacheKey is the hex sha256 of everything that determines the mmdebstrap
-// output: suite, mirror, variant, sorted packages, all steps and the build
-// script version. Resources and envd are not part of it (envd is refreshed
-// separately).
+// output: suite, mirror, variant, sorted packages, all steps, the host files
+// (npm versions included) and the build script version. Resources and envd
+// are not part of it (envd is refreshed separately).
 func (d Definition) CacheKey() string {
 	pkgs := slices.Clone(d.Packages)
 	sort.Strings(pkgs)
@@ -187,7 +284,9 @@ func (d Definition) CacheKey() string {
 		Variant  string
 		Packages []string
 		Steps    []Step
-	}{BuildScriptVersion, d.Suite, strings.TrimRight(d.Mirror, "/"), d.Variant, pkgs, d.steps()}
+		// omitempty keeps the keys of templates without files unchanged.
+		Files []HostFile `json:",omitempty"`
+	}{BuildScriptVersion, d.Suite, strings.TrimRight(d.Mirror, "/"), d.Variant, pkgs, d.steps(), d.Files}
 	b, err := json.Marshal(in)
 	if err != nil { // cannot happen for these types
 		panic(fmt.Sprintf("template cache key: %v", err))
