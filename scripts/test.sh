@@ -10,6 +10,7 @@
 # Environment:
 #   MOAT_CI_DATA_DIR    test data dir (default /var/lib/moat-ci)
 #   MOAT_E2E_SUITES     space-separated suite files to run (default: all *.test.mjs)
+#   MOAT_E2E_RUNTIMES   runtimes to run the suites on (default: "container vm")
 #   MOAT_TEST_SKIP_GO=1 skip go vet / go test
 set -euo pipefail
 
@@ -60,20 +61,34 @@ if [ "${MOAT_TEST_SKIP_GO:-0}" != 1 ]; then
   go test ./... -count=1 -timeout 30m || failed+=("go test")
 fi
 
-log "end-to-end suites (test/e2e, e2b $(node -p "require('./test/e2e/package.json').dependencies.e2b"))"
-(
-  cd test/e2e
-  # shellcheck disable=SC2086
-  suites=${MOAT_E2E_SUITES:-$(ls ./*.test.mjs)}
-  node --test --test-concurrency=1 --test-timeout=600000 --test-force-exit $suites
-) || {
-  failed+=("e2e")
-  for f in "$MOAT_E2E_LOG_DIR"/*.log; do
-    [ -f "$f" ] || continue
-    printf '\n--- last lines of %s ---\n' "$f" >&2
-    grep -E 'level=(WARN|ERROR)' "$f" | tail -n 20 >&2 || true
-  done
+# The same suites run once per runtime: containers (crun/runc), then microVMs
+# (QEMU; TCG on hosts like CI where KVM cannot boot a guest). The code
+# interpreter suite runs on containers only (its 1.5 GB template would first
+# have to become a VM image).
+e2e() { # runtime suites...
+  local rt=$1
+  shift
+  log "end-to-end suites on runtime '$rt' (test/e2e, e2b $(node -p "require('./test/e2e/package.json').dependencies.e2b")): $*"
+  (
+    cd test/e2e
+    MOAT_E2E_RUNTIME=$rt node --test --test-concurrency=1 --test-timeout=600000 --test-force-exit "$@"
+  ) || {
+    failed+=("e2e ($rt)")
+    for f in "$MOAT_E2E_LOG_DIR"/*.log; do
+      [ -f "$f" ] || continue
+      printf '\n--- warnings and errors in %s ---\n' "$f" >&2
+      grep -E 'level=(WARN|ERROR)' "$f" | tail -n 20 >&2 || true
+    done
+  }
 }
+# shellcheck disable=SC2086
+all_suites=$(cd test/e2e && echo ${MOAT_E2E_SUITES:-$(ls ./*.test.mjs)})
+for rt in ${MOAT_E2E_RUNTIMES:-container vm}; do
+  suites=$all_suites
+  [ "$rt" = vm ] && suites=$(printf '%s\n' $all_suites | grep -v interpreter || true)
+  # shellcheck disable=SC2086
+  [ -n "$suites" ] && e2e "$rt" $suites
+done
 
 log "final host leak check"
 leaks="$(
