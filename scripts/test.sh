@@ -100,6 +100,8 @@ leaks="$(
     ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^mh' 
     grep -E "$MOAT_DATA_DIR/sandboxes/" /proc/self/mountinfo
     [ -d "$MOAT_DATA_DIR/sandboxes" ] && find "$MOAT_DATA_DIR/sandboxes" -mindepth 1 -maxdepth 1
+    [ -d "$MOAT_DATA_DIR/vm/sandboxes" ] && find "$MOAT_DATA_DIR/vm/sandboxes" -mindepth 1 -maxdepth 1
+    pgrep -af 'qemu-system.* -name moat-'
     find /sys/fs/cgroup -mindepth 2 -maxdepth 3 -type d -path '*/moat/*' 2>/dev/null
   } || true
 )"

@@ -348,8 +348,9 @@ export async function leftovers(ids, { dir = dataDir } = {}) {
   }
   for (const p of findCgroupDirs(ids)) out.push(`cgroup: ${p}`)
   for (const id of ids) {
-    const p = path.join(dir, 'sandboxes', id)
-    if (existsSync(p)) out.push(`dir: ${p}`)
+    for (const p of [path.join(dir, 'sandboxes', id), path.join(dir, 'vm', 'sandboxes', id)]) {
+      if (existsSync(p)) out.push(`dir: ${p}`)
+    }
   }
   const ps = await sh('ps', ['-eo', 'pid,args'])
   for (const line of ps.split('\n')) {
