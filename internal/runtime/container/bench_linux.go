@@ -5,8 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -14,10 +14,11 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 )
 
-// BareRun times one foreground `runc run` of args in rootfsDir (read-only,
-// no overlay, no cgroup limits, no seccomp, a fresh empty netns): the floor
-// any container create→first-command path is measured against. It needs root
-// and runc; the bundle and state live in a temporary directory removed after.
+// BareRun times one foreground `run` of args in rootfsDir (read-only, no
+// overlay, no cgroup limits, no seccomp, a fresh empty netns) with the OCI
+// runtime the container backend picks (crun or runc, MOAT_OCI_RUNTIME): the
+// floor any container create→first-command path is measured against. It
+// needs root; the bundle and state live in a temporary directory removed after.
 func BareRun(ctx context.Context, rootfsDir string, args ...string) (time.Duration, error) {
 	abs, err := filepath.Abs(rootfsDir)
 	if err != nil {
@@ -50,7 +51,11 @@ func BareRun(ctx context.Context, rootfsDir string, args ...string) (time.Durati
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	var out strings.Builder
-	cmd := exec.CommandContext(ctx, "runc", "--root", filepath.Join(tmp, "state"), "run", "--bundle", tmp, "bare-"+hex.EncodeToString(b))
+	o, err := pickOCI(ctx, slog.New(slog.DiscardHandler), os.Getenv("MOAT_OCI_RUNTIME"), filepath.Join(tmp, "state"))
+	if err != nil {
+		return 0, fmt.Errorf("bare run: %w", err)
+	}
+	cmd := o.command(ctx, "run", "--bundle", tmp, "bare-"+hex.EncodeToString(b))
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
 	err = cmd.Run()
