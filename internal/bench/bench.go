@@ -63,10 +63,15 @@ func (r Report) Ratio() float64 {
 // Print writes the report as a small table.
 func (r Report) Print(w io.Writer) {
 	for _, s := range []Series{r.CreateFirstCommand, r.Bare} {
+		if len(s.Samples) == 0 {
+			continue
+		}
 		fmt.Fprintf(w, "%-40s n=%-3d median=%-10v p99=%v\n", s.Name, len(s.Samples),
 			s.Median().Round(time.Millisecond), s.Percentile(99).Round(time.Millisecond))
 	}
-	fmt.Fprintf(w, "ratio (median create→first command / median bare run) = %.2f\n", r.Ratio())
+	if r.Ratio() > 0 {
+		fmt.Fprintf(w, "ratio (median create→first command / median bare run) = %.2f\n", r.Ratio())
+	}
 }
 
 // Run measures, interleaving the two series so that load changes hit both.
