@@ -14,12 +14,24 @@ const reapInterval = 250 * time.Millisecond
 func (o *Orchestrator) Run(ctx context.Context) {
 	t := time.NewTicker(reapInterval)
 	defer t.Stop()
+	live := time.NewTicker(livenessInterval)
+	defer live.Stop()
+	checking := make(chan struct{}, 1) // at most one liveness sweep at a time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			o.reapOnce(ctx, now)
+		case <-live.C:
+			select {
+			case checking <- struct{}{}:
+				go func() {
+					defer func() { <-checking }()
+					o.checkLiveness(ctx)
+				}()
+			default:
+			}
 		}
 	}
 }

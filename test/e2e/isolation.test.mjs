@@ -259,3 +259,37 @@ test('a memory hog is killed inside its own sandbox only', { timeout: 300_000 },
   const after2 = await run(B, 'echo b-here', {}, 60_000)
   assert.equal(after2.stdout, 'b-here\n')
 })
+
+// A guest kernel panic (microVM) kills only that sandbox, which the API then
+// reports as gone; in a container /proc/sysrq-trigger is read-only, so the
+// same attempt fails and the sandbox keeps running.
+test('echo c > /proc/sysrq-trigger kills at most its own sandbox', { timeout: 300_000 }, async (t) => {
+  const victim = await createSandbox(t)
+  const { Sandbox } = await import('e2b')
+  const crash = await within(30_000, 'start crash', () =>
+    victim.commands.run('sleep 0.5; echo c > /proc/sysrq-trigger; echo rc=$?', { user: 'root', background: true }),
+  )
+  let gone = false
+  const deadline = Date.now() + 30_000
+  while (Date.now() < deadline && !gone) {
+    await sleep(1000)
+    try {
+      await within(10_000, 'getInfo', () => Sandbox.getInfo(victim.sandboxId))
+    } catch (err) {
+      if (err?.name !== 'SandboxNotFoundError') throw err
+      gone = true
+    }
+  }
+  if (process.env.MOAT_E2E_RUNTIME === 'vm') {
+    assert.ok(gone, 'a VM whose kernel panicked is still listed after 30 s')
+    assert.equal(await within(20_000, 'isRunning', () => victim.isRunning()), false)
+  } else {
+    assert.ok(!gone, 'the container disappeared after writing to /proc/sysrq-trigger')
+    const r = await within(20_000, 'crash result', () => crash.wait().catch((e) => e))
+    assert.match(String(r.stdout ?? ''), /rc=[1-9]/, 'sysrq write succeeded inside a container')
+    const still = await run(victim, 'echo still-here', {}, 60_000)
+    assert.equal(still.stdout, 'still-here\n')
+  }
+  const other = await run(B, 'echo b-here', {}, 60_000)
+  assert.equal(other.stdout, 'b-here\n', 'the neighbour stopped answering')
+})

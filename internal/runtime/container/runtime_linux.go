@@ -1,6 +1,7 @@
 package container
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -313,8 +314,32 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 
 // Alive implements runtime.Runtime: the container is running or paused.
 func (r *Runtime) Alive(ctx context.Context, id string) bool {
+	// Fast path (the orchestrator asks every second): the container's init
+	// process, known since Create or Recover, still exists and is no zombie.
+	if b, ok := r.boxes.Lookup(id); ok {
+		b.mu.Lock()
+		pid := 0
+		if b.handle != nil {
+			pid = b.handle.PID
+		}
+		b.mu.Unlock()
+		if pid > 0 {
+			return processAlive(pid)
+		}
+	}
 	st, err := r.oci.state(ctx, r.containerName(id))
 	return err == nil && (st.Status == "running" || st.Status == "paused")
+}
+
+// processAlive reports whether pid exists and has not exited (a zombie has).
+func processAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name: "pid (comm) S ...".
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
 // Stats implements runtime.Runtime from the sandbox's cgroups.
