@@ -62,9 +62,7 @@ if [ "${MOAT_TEST_SKIP_GO:-0}" != 1 ]; then
 fi
 
 # The same suites run once per runtime: containers (crun/runc), then microVMs
-# (QEMU; TCG on hosts like CI where KVM cannot boot a guest). The code
-# interpreter suite runs on containers only (its 1.5 GB template would first
-# have to become a VM image).
+# (QEMU; TCG on hosts like CI where KVM cannot boot a guest).
 e2e() { # runtime suites...
   local rt=$1
   shift
@@ -84,10 +82,8 @@ e2e() { # runtime suites...
 # shellcheck disable=SC2086
 all_suites=$(cd test/e2e && echo ${MOAT_E2E_SUITES:-$(ls ./*.test.mjs)})
 for rt in ${MOAT_E2E_RUNTIMES:-container vm}; do
-  suites=$all_suites
-  [ "$rt" = vm ] && suites=$(printf '%s\n' $all_suites | grep -v interpreter || true)
   # shellcheck disable=SC2086
-  [ -n "$suites" ] && e2e "$rt" $suites
+  e2e "$rt" $all_suites
 done
 
 log "final host leak check"

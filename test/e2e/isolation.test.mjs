@@ -293,3 +293,24 @@ test('echo c > /proc/sysrq-trigger kills at most its own sandbox', { timeout: 30
   const other = await run(B, 'echo b-here', {}, 60_000)
   assert.equal(other.stdout, 'b-here\n', 'the neighbour stopped answering')
 })
+
+// A microVM runs its own kernel; a container shares the host's.
+test('kernel: a microVM has its own, a container shares the host\'s', { timeout: 120_000 }, async () => {
+  const r = await run(A, 'uname -r')
+  const same = r.stdout.trim() === os.release()
+  if (process.env.MOAT_E2E_RUNTIME !== 'vm') {
+    assert.ok(same, `container reports kernel ${r.stdout.trim()}, host ${os.release()}`)
+    return
+  }
+  assert.ok(!same, `guest kernel ${r.stdout.trim()} is the host's`)
+  // No host devices: the guest's only disk is its virtio disk, there is no
+  // PCI bus to pass anything through, and no KVM device.
+  const d = await run(A, 'ls /sys/class/block; echo ===; ls /sys/bus/pci/devices 2>/dev/null | wc -l; ls /dev/kvm 2>/dev/null', { user: 'root' })
+  const [blocks, rest] = d.stdout.split('===')
+  for (const b of blocks.split(/\s+/).filter(Boolean)) {
+    assert.match(b, /^(vd[a-z]+\d*|loop\d+|ram\d+|zram\d+)$/, `unexpected block device in the guest: ${b}`)
+  }
+  const [pci, ...devs] = rest.trim().split('\n')
+  assert.equal(pci.trim(), '0', 'the guest sees PCI devices')
+  assert.deepEqual(devs.filter(Boolean), [], 'host devices visible in the guest')
+})
