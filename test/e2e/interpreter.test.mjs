@@ -85,13 +85,13 @@ describe('code interpreter', () => {
     )
     const end = performance.now() - start
     assert.equal(ex.error, undefined, JSON.stringify(ex.error))
-    assert.deepEqual(out.map((m) => m.line), ['out-1\n', 'out-2\n'])
-    assert.deepEqual(err.map((m) => m.line), ['err-1\n'])
+    assert.equal(out.map((m) => m.line).join(''), 'out-1\nout-2\n')
+    assert.equal(err.map((m) => m.line).join(''), 'err-1\n')
     t.diagnostic(`first stdout at ${Math.round(out[0].at)} ms, stderr at ${Math.round(err[0].at)} ms, done at ${Math.round(end)} ms`)
     assert.ok(end - out[0].at >= 1500, `first stdout arrived ${Math.round(end - out[0].at)} ms before the end; want it while the code runs`)
     assert.ok(end - err[0].at >= 1500, 'stderr arrived only at the end')
-    assert.deepEqual(ex.logs.stdout, ['out-1\n', 'out-2\n'])
-    assert.deepEqual(ex.logs.stderr, ['err-1\n'])
+    assert.equal(ex.logs.stdout.join(''), 'out-1\nout-2\n')
+    assert.equal(ex.logs.stderr.join(''), 'err-1\n')
   })
 
   test('an exception arrives in execution.error and is not thrown', { timeout: 120_000 }, async (t) => {
@@ -104,7 +104,7 @@ describe('code interpreter', () => {
     assert.match(ex.error.value, /division by zero/)
     assert.match(ex.error.traceback, /ZeroDivisionError/)
     assert.equal(seen?.name, 'ZeroDivisionError', 'onError called')
-    assert.deepEqual(ex.logs.stdout, ['before\n'])
+    assert.equal(ex.logs.stdout.join(''), 'before\n')
     const again = await run(sbx, '40 + 2')
     assert.equal(again.text, '42')
   })
@@ -175,16 +175,16 @@ describe('code interpreter', () => {
   test('env vars: from Sandbox.create and per runCode', { timeout: 120_000 }, async (t) => {
     const ex = await timed(t, 'os.environ (create envs)', () =>
       run(sbx, 'import os\nprint(os.environ.get("MOAT_CREATE_VAR"))'))
-    assert.deepEqual(ex.logs.stdout, ['from-create\n'])
+    assert.equal(ex.logs.stdout.join(''), 'from-create\n')
     const per = await timed(t, 'os.environ (runCode envs)', () =>
       run(sbx, 'import os\nprint(os.environ.get("MOAT_RUN_VAR"), os.environ.get("MOAT_CREATE_VAR"))',
         { envs: { MOAT_RUN_VAR: 'per-run', MOAT_CREATE_VAR: 'overridden' } }))
     assert.equal(per.error, undefined, JSON.stringify(per.error))
-    assert.deepEqual(per.logs.stdout, ['per-run overridden\n'])
+    assert.equal(per.logs.stdout.join(''), 'per-run overridden\n')
     const later = await run(sbx, 'import os\nprint(os.environ.get("MOAT_RUN_VAR"), os.environ.get("MOAT_CREATE_VAR"))')
-    assert.deepEqual(later.logs.stdout, ['None from-create\n'], 'runCode envs do not outlive the call')
+    assert.equal(later.logs.stdout.join(''), 'None from-create\n', 'runCode envs do not outlive the call')
     const sh = await run(sbx, 'echo "$MOAT_RUN_VAR|$MOAT_CREATE_VAR"', { language: 'bash', envs: { MOAT_RUN_VAR: 'sh' } })
-    assert.deepEqual(sh.logs.stdout, ['sh|from-create\n'])
+    assert.equal(sh.logs.stdout.join(''), 'sh|from-create\n')
   })
 
   test('contexts: isolated, listed, restarted, removed', { timeout: 180_000 }, async (t) => {
