@@ -75,6 +75,7 @@ func (k *Kernel) await(ctx context.Context, in *instance, w *waiter, handler fun
 		reply     ExecuteReply
 		gotReply  bool
 		idle      bool
+		sawResult bool
 		ctxErr    error
 		done      = ctx.Done()
 		graceTime <-chan time.Time
@@ -94,6 +95,7 @@ func (k *Kernel) await(ctx context.Context, in *instance, w *waiter, handler fun
 				if m.Type() == "status" && statusOf(m) == "idle" {
 					idle = true
 				}
+				sawResult = sawResult || m.Type() == "execute_result"
 			}
 		case <-in.dead:
 			return reply, in.deadErr()
@@ -112,7 +114,37 @@ func (k *Kernel) await(ctx context.Context, in *instance, w *waiter, handler fun
 	if ctxErr != nil {
 		return reply, fmt.Errorf("execution interrupted: %w", ctxErr)
 	}
+	if !sawResult && reply.Status == "ok" && (k.spec.Language == "typescript" || k.spec.Language == "javascript") {
+		k.awaitLateResult(w, handler)
+	}
 	return reply, nil
+}
+
+// LateResultGrace is how long Execute keeps listening after idle for an
+// execute_result that Deno's kernel sometimes publishes after reporting idle
+// (seen as a missing result in roughly one run in ten).
+const LateResultGrace = 300 * time.Millisecond
+
+// awaitLateResult forwards messages that arrive within LateResultGrace after
+// idle, stopping at the first execute_result.
+func (k *Kernel) awaitLateResult(w *waiter, handler func(Message)) {
+	t := time.NewTimer(LateResultGrace)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return
+		case <-w.notify:
+			for _, m := range w.drain() {
+				if handler != nil {
+					handler(m)
+				}
+				if m.Type() == "execute_result" {
+					return
+				}
+			}
+		}
+	}
 }
 
 func statusOf(m Message) string {
