@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,7 +23,7 @@ const pythonKernelSpec = "/usr/share/jupyter/kernels/python3/kernel.json"
 
 // serveInterpreter serves the code-interpreter API (E2B port 49999) on addr
 // until ctx ends. Inside a sandbox kernels run as the template's "user".
-func serveInterpreter(ctx context.Context, addr string, srv *server.Server, host bool, log *slog.Logger) (func(), error) {
+func serveInterpreter(addr string, srv *server.Server, host bool, log *slog.Logger) (func(), error) {
 	cfg := interpreter.Config{Env: srv.State().Env, Logger: log.With("component", "interpreter")}
 	if !host {
 		_, err := os.Stat(pythonKernelSpec)

@@ -99,7 +99,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if o.code != "" {
-		stopInterp, err := serveInterpreter(ctx, o.code, srv, o.host, log)
+		stopInterp, err := serveInterpreter(o.code, srv, o.host, log)
 		if err != nil {
 			return err
 		}

@@ -26,7 +26,7 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 	pf.StringVar(&f.sandboxURL, "sandbox-url", envOr("", "MOAT_SANDBOX_URL", "E2B_SANDBOX_URL"),
 		"sandbox proxy URL (env MOAT_SANDBOX_URL or E2B_SANDBOX_URL; default: the API URL)")
 	pf.StringVar(&f.apiKey, "api-key", envOr("", "MOAT_API_KEY", "E2B_API_KEY"),
-		"API key (env MOAT_API_KEY or E2B_API_KEY; create one with `moat apikey create`)")
+		"API key (env MOAT_API_KEY or E2B_API_KEY; create one with 'moat apikey create')")
 }
 
 func (f *clientFlags) client() *moat.Client {
@@ -106,7 +106,9 @@ func newSandboxCmd() *cobra.Command {
 	var cf clientFlags
 	cmd := &cobra.Command{Use: "sandbox", Aliases: []string{"sb"}, Short: "Manage sandboxes on a Moat server"}
 	cf.register(cmd)
-	cmd.AddCommand(newSandboxCreateCmd(&cf), newSandboxListCmd(&cf), newSandboxExecCmd(&cf), newSandboxKillCmd(&cf))
+	cmd.AddCommand(newSandboxCreateCmd(&cf), newSandboxListCmd(&cf), newSandboxExecCmd(&cf), newSandboxKillCmd(&cf),
+		newSandboxPauseCmd(&cf), newSandboxResumeCmd(&cf), newSandboxSnapshotCmd(&cf), newSandboxSnapshotsCmd(&cf),
+		newSandboxSnapshotRmCmd(&cf))
 	return cmd
 }
 
@@ -114,6 +116,7 @@ func newSandboxCreateCmd(cf *clientFlags) *cobra.Command {
 	var tmpl string
 	var timeout int
 	var env, meta []string
+	var autoPause, autoResume bool
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its ID",
@@ -128,7 +131,8 @@ func newSandboxCreateCmd(cf *clientFlags) *cobra.Command {
 				return err
 			}
 			sb, err := cf.client().CreateSandbox(cmd.Context(), moat.CreateOptions{
-				Template: tmpl, Timeout: time.Duration(timeout) * time.Second, EnvVars: envs, Metadata: md})
+				Template: tmpl, Timeout: time.Duration(timeout) * time.Second, EnvVars: envs, Metadata: md,
+				AutoPause: autoPause, AutoResume: autoResume})
 			if err != nil {
 				return err
 			}
@@ -136,10 +140,16 @@ func newSandboxCreateCmd(cf *clientFlags) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&tmpl, "template", "t", moat.DefaultTemplate, "template ID or name")
-	cmd.Flags().IntVar(&timeout, "timeout", int(moat.DefaultTimeout/time.Second), "seconds until the sandbox is killed")
+	cmd.Flags().StringVarP(&tmpl, "template", "t", moat.DefaultTemplate,
+		"template ID or name, or snapshot ID or name (see 'moat sandbox snapshot')")
+	cmd.Flags().IntVar(&timeout, "timeout", int(moat.DefaultTimeout/time.Second),
+		"seconds until the sandbox is killed (paused with --auto-pause)")
 	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "sandbox environment variable KEY=VALUE (repeatable)")
 	cmd.Flags().StringArrayVar(&meta, "metadata", nil, "metadata KEY=VALUE (repeatable)")
+	cmd.Flags().BoolVar(&autoPause, "auto-pause", false,
+		"pause the sandbox instead of killing it when its timeout expires (resume with 'moat sandbox resume')")
+	cmd.Flags().BoolVar(&autoResume, "auto-resume", false,
+		"resume the auto-paused sandbox when traffic reaches it (requires --auto-pause)")
 	return cmd
 }
 
@@ -203,14 +213,125 @@ func newSandboxKillCmd(cf *clientFlags) *cobra.Command {
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := cf.client()
-			var failed error
-			for _, id := range args {
-				if err := c.Kill(cmd.Context(), id); err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "moat: %v\n", err)
-					failed = exitError{code: 1}
+			return forEach(cmd, args, func(id string) error { return c.Kill(cmd.Context(), id) })
+		},
+	}
+}
+
+// forEach calls fn for every argument, reports each failure on stderr and
+// returns exitError 1 if any failed.
+func forEach(cmd *cobra.Command, args []string, fn func(arg string) error) error {
+	var failed error
+	for _, a := range args {
+		if err := fn(a); err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "moat: %v\n", err)
+			failed = exitError{code: 1}
+		}
+	}
+	return failed
+}
+
+func newSandboxPauseCmd(cf *clientFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "pause ID...",
+		Short: "Pause running sandboxes (memory and files are kept; resume with `moat sandbox resume`)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := cf.client()
+			return forEach(cmd, args, func(id string) error { return c.Pause(cmd.Context(), id) })
+		},
+	}
+}
+
+func newSandboxResumeCmd(cf *clientFlags) *cobra.Command {
+	var timeout int
+	cmd := &cobra.Command{
+		Use:   "resume ID...",
+		Short: "Resume paused sandboxes (running ones only get their timeout extended)",
+		Long: "Resume paused sandboxes and make them expire --timeout seconds from now. A sandbox that\n" +
+			"is already running only has its timeout extended (never shortened).\n" +
+			"Prints \"ID resumed\" or \"ID already running\" per sandbox.",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := cf.client()
+			return forEach(cmd, args, func(id string) error {
+				_, resumed, err := c.Connect(cmd.Context(), id, time.Duration(timeout)*time.Second)
+				if err != nil {
+					return err
 				}
+				state := "already running"
+				if resumed {
+					state = "resumed"
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), id, state)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().IntVar(&timeout, "timeout", int(moat.DefaultTimeout/time.Second), "seconds until the sandbox expires")
+	return cmd
+}
+
+func newSandboxSnapshotCmd(cf *clientFlags) *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "snapshot ID",
+		Short: "Snapshot a running sandbox and print the snapshot ID",
+		Long: "Save a running sandbox's memory and files as a snapshot and print its ID; the sandbox\n" +
+			"keeps running. Start new sandboxes from it with `moat sandbox create --template SNAPSHOT`\n" +
+			"(the ID or --name). Needs the server's vm runtime.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			snap, err := cf.client().CreateSnapshot(cmd.Context(), args[0], name)
+			if err != nil {
+				return err
 			}
-			return failed
+			fmt.Fprintln(cmd.OutOrStdout(), snap.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "", "name of the snapshot, usable instead of its ID (letters, digits, -_./:)")
+	return cmd
+}
+
+func newSandboxSnapshotsCmd(cf *clientFlags) *cobra.Command {
+	var sandboxID string
+	cmd := &cobra.Command{
+		Use:   "snapshots",
+		Short: "List snapshots, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			list, err := cf.client().ListSnapshots(cmd.Context(), sandboxID)
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tNAME\tSANDBOX\tCREATED")
+			for _, s := range list {
+				name, created := "-", "-"
+				if len(s.Names) > 0 {
+					name = strings.Join(s.Names, ",")
+				}
+				if !s.CreatedAt.IsZero() {
+					created = s.CreatedAt.Local().Format(time.DateTime)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.ID, name, s.SandboxID, created)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&sandboxID, "sandbox", "", "only the snapshots of this sandbox")
+	return cmd
+}
+
+func newSandboxSnapshotRmCmd(cf *clientFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "snapshot-rm SNAPSHOT...",
+		Short: "Delete snapshots by ID or name (sandboxes started from them are not affected)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := cf.client()
+			return forEach(cmd, args, func(id string) error { return c.DeleteSnapshot(cmd.Context(), id) })
 		},
 	}
 }

@@ -72,6 +72,14 @@ func Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	db, err := openStore(ctx, cfg.DataDir)
 	if err != nil {
 		return err
@@ -102,7 +110,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	go orch.Run(runCtx)
 
 	api := server.New(server.Config{Store: db, Orch: orch, Logger: log})
-	px := proxy.New(proxy.Config{Resolver: orch, Domain: cfg.Domain, EnvdPort: cfg.EnvdPort, Logger: log})
+	px := proxy.New(proxy.Config{Resolver: resolver{orch}, Domain: cfg.Domain, EnvdPort: cfg.EnvdPort, Logger: log})
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
@@ -178,4 +186,17 @@ func ListTemplates(ctx context.Context, dataDir string) ([]store.Template, error
 	}
 	defer db.Close()
 	return db.ListTemplates(ctx)
+}
+
+// resolver gives the proxy the orchestrator's routes.
+type resolver struct{ o *orchestrator.Orchestrator }
+
+func (r resolver) Lookup(id string) (proxy.Target, bool) {
+	rt, ok := r.o.Lookup(id)
+	return proxy.Target(rt), ok
+}
+
+func (r resolver) Wake(ctx context.Context, id string) (proxy.Target, error) {
+	rt, err := r.o.Wake(ctx, id)
+	return proxy.Target(rt), err
 }

@@ -174,3 +174,21 @@ func TestServeSpeaksH2C(t *testing.T) {
 		t.Fatalf("proto %s status %d", resp.Proto, resp.StatusCode)
 	}
 }
+
+// TestOneServerPerDataDir: a second server on the same data dir refuses to
+// start (its Recover would remove the first one's sandboxes).
+func TestOneServerPerDataDir(t *testing.T) {
+	rt := orchestratortest.NewRuntime(t)
+	runtime.Register("apptest-lock", func(context.Context, runtime.Config) (runtime.Runtime, error) { return rt, nil })
+	dir := t.TempDir()
+	_, _, stop := startRuntime(t, dir, rt.EnvdPort, "apptest-lock")
+	err := Serve(context.Background(), Config{Addr: "127.0.0.1:0", DataDir: dir, Runtime: "apptest-lock",
+		Stdout: &syncBuf{}, Stderr: &syncBuf{}, EnvdPort: rt.EnvdPort})
+	if err == nil || !strings.Contains(err.Error(), "another moat serve") {
+		t.Fatalf("second Serve: %v", err)
+	}
+	stop()
+	// Once the first is gone, the data dir is free again.
+	_, _, stop2 := startRuntime(t, dir, rt.EnvdPort, "apptest-lock")
+	stop2()
+}

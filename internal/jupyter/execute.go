@@ -114,21 +114,16 @@ func (k *Kernel) await(ctx context.Context, in *instance, w *waiter, handler fun
 	if ctxErr != nil {
 		return reply, fmt.Errorf("execution interrupted: %w", ctxErr)
 	}
-	if !sawResult && reply.Status == "ok" && (k.spec.Language == "typescript" || k.spec.Language == "javascript") {
+	if !sawResult && reply.Status == "ok" && k.spec.LateResultGrace > 0 {
 		k.awaitLateResult(w, handler)
 	}
 	return reply, nil
 }
 
-// LateResultGrace is how long Execute keeps listening after idle for an
-// execute_result that Deno's kernel sometimes publishes after reporting idle
-// (seen as a missing result in roughly one run in ten).
-const LateResultGrace = 300 * time.Millisecond
-
-// awaitLateResult forwards messages that arrive within LateResultGrace after
-// idle, stopping at the first execute_result.
+// awaitLateResult forwards messages that arrive within the spec's
+// LateResultGrace after idle, stopping at the first execute_result.
 func (k *Kernel) awaitLateResult(w *waiter, handler func(Message)) {
-	t := time.NewTimer(LateResultGrace)
+	t := time.NewTimer(k.spec.LateResultGrace)
 	defer t.Stop()
 	for {
 		select {

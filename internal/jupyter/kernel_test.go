@@ -84,3 +84,26 @@ func TestKernelLifecycle(t *testing.T) {
 		t.Fatalf("after restart: reply=%+v err=%v", reply, err)
 	}
 }
+
+// TestLateResultGrace: output a kernel publishes shortly after idle reaches
+// the handler only when the spec asks for a grace period (Deno's kernel
+// publishes execute_result late; Python stands in for it here).
+func TestLateResultGrace(t *testing.T) {
+	k := startPython(t)
+	ctx := context.Background()
+	late := "import threading, sys\nthreading.Timer(0.1, lambda: (print('late'), sys.stdout.flush())).start()"
+	for _, tc := range []struct {
+		grace time.Duration
+		want  bool
+	}{{0, false}, {time.Second, true}} {
+		k.spec.LateResultGrace = tc.grace
+		_, _, out, err := collect(t, ctx, k, late)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(out, "late"); got != tc.want {
+			t.Errorf("grace %s: late output seen = %v, want %v (out %q)", tc.grace, got, tc.want, out)
+		}
+		time.Sleep(300 * time.Millisecond) // let a missed late print drain
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // KernelSpecDirs are searched, in order, for <name>/kernel.json.
@@ -38,6 +39,10 @@ type Spec struct {
 	// Credential runs the kernel as another user; the connection file is
 	// chowned to it.
 	Credential *syscall.Credential `json:"-"`
+	// LateResultGrace, when set, is how long Execute keeps listening after
+	// the kernel reported idle without an execute_result, for kernels that
+	// publish the result late.
+	LateResultGrace time.Duration `json:"-"`
 }
 
 // FindSpec looks a kernelspec up by name in dirs (KernelSpecDirs when nil).

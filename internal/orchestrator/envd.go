@@ -24,8 +24,10 @@ func (o *Orchestrator) envdURL(addr netip.Addr) string {
 
 // initEnvd waits for envd's /health to answer 204, then POSTs /init. It
 // returns only when envd has accepted the sandbox's settings, because the
-// SDKs call envd right after create returns.
-func (o *Orchestrator) initEnvd(ctx context.Context, addr netip.Addr, sb store.Sandbox) error {
+// SDKs call envd right after create returns. current is the token envd
+// already has ("" for a fresh one): after a resume the sandbox's own, in a
+// sandbox started from a snapshot the snapshot source's.
+func (o *Orchestrator) initEnvd(ctx context.Context, addr netip.Addr, sb store.Sandbox, current string) error {
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.ReadyTimeout)
 	defer cancel()
 	if err := o.waitHealthy(ctx, sb.ID, addr); err != nil {
@@ -56,6 +58,9 @@ func (o *Orchestrator) initEnvd(ctx context.Context, addr netip.Addr, sb store.S
 		return fmt.Errorf("envd init: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if current != "" {
+		req.Header.Set("X-Access-Token", current)
+	}
 	resp, err := o.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("envd init: %v: %w", err, errdefs.ErrUnavailable)

@@ -52,9 +52,9 @@ func (o *Orchestrator) pauseLocked(ctx context.Context, e *entry) error {
 	if sb.State != store.StateRunning {
 		return fmt.Errorf("sandbox %s cannot be paused while in '%s' state: %w", sb.ID, sb.State, errdefs.ErrConflict)
 	}
-	o.setState(e, store.StatePausing)
+	o.setState(ctx, e, store.StatePausing)
 	if err := o.rt.Pause(context.WithoutCancel(ctx), sb.ID); err != nil {
-		o.setState(e, store.StateRunning)
+		o.setState(ctx, e, store.StateRunning)
 		return fmt.Errorf("pause sandbox %s: %w", sb.ID, err)
 	}
 	sb.State = store.StatePaused
@@ -88,10 +88,26 @@ func (o *Orchestrator) Resume(ctx context.Context, id string, timeout time.Durat
 }
 
 func (o *Orchestrator) resumeLocked(ctx context.Context, e *entry, sb store.Sandbox, timeout time.Duration) (store.Sandbox, error) {
-	o.setState(e, store.StateResuming)
-	if err := o.rt.Resume(context.WithoutCancel(ctx), sb.ID); err != nil {
-		o.setState(e, store.StatePaused)
-		return sb, fmt.Errorf("resume sandbox %s: %w", sb.ID, err)
+	o.setState(ctx, e, store.StateResuming)
+	h, resumeErr := o.rt.Resume(context.WithoutCancel(ctx), sb.ID)
+	if resumeErr != nil && h == nil {
+		o.setState(ctx, e, store.StatePaused)
+		return sb, fmt.Errorf("resume sandbox %s: %w", sb.ID, resumeErr)
+	}
+	// With an error and a handle the sandbox runs again, unhealthy: it is
+	// recorded as running; the liveness sweep or a kill takes it from here.
+	o.mu.Lock()
+	e.addr = h.Addr
+	e.gen++
+	o.mu.Unlock()
+	sb.Addr = h.Addr.String()
+	if resumeErr == nil {
+		// envd's clock stood still while paused (a VM sets its clock from
+		// the RTC; /init refines it). envd keeps its settings in memory,
+		// so a failure here is not fatal.
+		if err := o.initEnvd(ctx, h.Addr, sb, sb.EnvdAccessToken); err != nil {
+			o.log.Warn("re-init envd after resume", "sandboxID", sb.ID, "err", err)
+		}
 	}
 	// A resumed sandbox is a new run: its lifetime limit starts again.
 	sb.State = store.StateRunning
@@ -100,8 +116,44 @@ func (o *Orchestrator) resumeLocked(ctx context.Context, e *entry, sb store.Sand
 	if err := o.commit(ctx, e, sb); err != nil {
 		return sb, err
 	}
+	if resumeErr != nil {
+		o.log.Error("resumed sandbox is not healthy", "sandboxID", sb.ID, "err", resumeErr)
+		return sb, fmt.Errorf("resume sandbox %s: %w", sb.ID, resumeErr)
+	}
 	o.log.Info("sandbox resumed", "sandboxID", sb.ID)
 	return sb, nil
+}
+
+// Wake is the proxy's auto-resume: it resumes a paused sandbox created with
+// auto-resume, giving it its create-time timeout again, and returns its
+// route. A sandbox that is already running just returns its route.
+func (o *Orchestrator) Wake(ctx context.Context, id string) (Route, error) {
+	e, err := o.entryFor(id)
+	if err != nil {
+		return Route{}, err
+	}
+	sb := o.snapshot(e)
+	switch {
+	case sb.State == store.StatePaused && sb.AutoResume:
+		timeout := sb.Timeout
+		if timeout <= 0 {
+			timeout = DefaultTimeout
+		}
+		if _, err := o.resumeLocked(ctx, e, sb, min(timeout, o.cfg.MaxTimeout)); err != nil {
+			e.op.Unlock()
+			return Route{}, err
+		}
+		o.log.Info("sandbox auto-resumed by traffic", "sandboxID", id)
+	case sb.State != store.StateRunning:
+		e.op.Unlock()
+		return Route{}, fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	e.op.Unlock()
+	rt, ok := o.Lookup(id)
+	if !ok {
+		return Route{}, errNotFound(id)
+	}
+	return rt, nil
 }
 
 // Connect extends a running sandbox's timeout (never shortening it) or
@@ -185,8 +237,16 @@ func (o *Orchestrator) capEnd(sb store.Sandbox, end time.Time) time.Time {
 	return end.UTC()
 }
 
-func (o *Orchestrator) setState(e *entry, st string) {
+// setState records a transition (pausing, resuming, or a revert after a
+// failure) in memory and in the store, so that getInfo and list agree while
+// it lasts. Caller holds e.op. A store error is logged: the state is
+// reconciled with the runtime's at the next start anyway.
+func (o *Orchestrator) setState(ctx context.Context, e *entry, st string) {
 	o.mu.Lock()
 	e.sb.State = st
+	sb := e.sb
 	o.mu.Unlock()
+	if err := o.db.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
+		o.log.Warn("record sandbox state", "sandboxID", sb.ID, "state", st, "err", err)
+	}
 }

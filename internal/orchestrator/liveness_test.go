@@ -24,7 +24,7 @@ func TestSandboxDyingOnItsOwnIsReportedGone(t *testing.T) {
 	_ = env.Runtime.Kill(ctx, victim.ID) // dies behind the orchestrator's back
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, _, _, ok := env.Orch.Lookup(victim.ID); !ok {
+		if _, ok := env.Orch.Lookup(victim.ID); !ok {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -35,7 +35,7 @@ func TestSandboxDyingOnItsOwnIsReportedGone(t *testing.T) {
 	if _, err := env.Orch.Get(ctx, victim.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Get(dead) = %v, want not found", err)
 	}
-	if _, _, _, ok := env.Orch.Lookup(neighbour.ID); !ok {
+	if _, ok := env.Orch.Lookup(neighbour.ID); !ok {
 		t.Fatal("neighbour removed too")
 	}
 }

@@ -54,6 +54,7 @@ type CreateRequest struct {
 	Secure        bool // issue an envd access token
 	AllowInternet bool
 	AutoPause     bool
+	AutoResume    bool // proxy traffic resumes it when paused (needs AutoPause)
 }
 
 // Metric is one resource reading of a running sandbox.
@@ -87,6 +88,7 @@ type entry struct {
 	// guarded by Orchestrator.mu
 	sb      store.Sandbox
 	addr    netip.Addr
+	gen     uint64 // resumes so far
 	gone    bool
 	reaping bool
 	lastCPU uint64
@@ -130,25 +132,24 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 	if err := o.checkTimeout(req.Timeout); err != nil {
 		return store.Sandbox{}, err
 	}
-	tpl, err := o.db.GetTemplate(ctx, req.Template)
+	tpl, snap, err := o.source(ctx, req.Template)
 	if err != nil {
-		if errdefs.IsNotFound(err) {
-			return store.Sandbox{}, fmt.Errorf("template '%s' not found: %w", req.Template, errdefs.ErrNotFound)
-		}
 		return store.Sandbox{}, err
-	}
-	if tpl.Runtime != "" && tpl.Runtime != o.rt.Name() {
-		o.log.Warn("template asks for another runtime; using the server's", "template", tpl.Name,
-			"want", tpl.Runtime, "have", o.rt.Name())
 	}
 	spec, err := o.spec(tpl, req)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
+	envVars, current := req.EnvVars, ""
+	if snap != nil {
+		current = snap.EnvdAccessToken
+		spec.Snapshot, spec.VCPUs, spec.MemoryMiB, spec.DiskMiB = snap.ID, snap.CPUCount, snap.MemoryMB, snap.DiskSizeMB
+		envVars = mergeEnv(snap.EnvVars, req.EnvVars)
+	}
 	sb := store.Sandbox{ID: spec.ID, TemplateID: tpl.ID, Alias: tpl.Name, State: store.StateRunning,
-		Runtime: o.rt.Name(), Metadata: req.Metadata, EnvVars: req.EnvVars, Secure: req.Secure,
-		AllowInternet: req.AllowInternet, AutoPause: req.AutoPause, CPUCount: spec.VCPUs,
-		MemoryMB: spec.MemoryMiB, DiskSizeMB: spec.DiskMiB}
+		Runtime: o.rt.Name(), Metadata: req.Metadata, EnvVars: envVars, Secure: req.Secure,
+		AllowInternet: req.AllowInternet, AutoPause: req.AutoPause, AutoResume: req.AutoResume && req.AutoPause,
+		Timeout: req.Timeout, CPUCount: spec.VCPUs, MemoryMB: spec.MemoryMiB, DiskSizeMB: spec.DiskMiB}
 	if req.Secure {
 		sb.EnvdAccessToken = randomHex(32)
 	}
@@ -169,7 +170,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	}
 	sb.Addr = h.Addr.String()
-	if err := o.initEnvd(ctx, h.Addr, sb); err != nil {
+	if err := o.initEnvd(ctx, h.Addr, sb, current); err != nil {
 		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	}
 	sb.StartedAt = time.Now().UTC()
@@ -185,6 +186,56 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 	o.mu.Unlock()
 	log.Info("sandbox created", "addr", sb.Addr, "runtime", o.rt.Name())
 	return sb, nil
+}
+
+// source resolves a create's template reference: a template ID or name,
+// else a snapshot ID or name (snap is then set; tpl is its template, which
+// may since have been deleted: only its ID and name are filled).
+func (o *Orchestrator) source(ctx context.Context, ref string) (tpl store.Template, snap *store.Snapshot, err error) {
+	tpl, err = o.db.GetTemplate(ctx, ref)
+	if err == nil {
+		if tpl.Runtime != "" && tpl.Runtime != o.rt.Name() {
+			o.log.Warn("template asks for another runtime; using the server's", "template", tpl.Name,
+				"want", tpl.Runtime, "have", o.rt.Name())
+		}
+		return tpl, nil, nil
+	}
+	if !errdefs.IsNotFound(err) {
+		return tpl, nil, err
+	}
+	s, serr := o.db.GetSnapshot(ctx, ref)
+	if serr != nil {
+		if errdefs.IsNotFound(serr) {
+			return tpl, nil, fmt.Errorf("template '%s' not found: %w", ref, errdefs.ErrNotFound)
+		}
+		return tpl, nil, serr
+	}
+	if s.Runtime != o.rt.Name() {
+		return tpl, nil, fmt.Errorf("snapshot %s was taken with the %s runtime; this server runs %s: %w",
+			s.ID, s.Runtime, o.rt.Name(), errdefs.ErrFailedPrecondition)
+	}
+	tpl, err = o.db.GetTemplate(ctx, s.TemplateID)
+	if err != nil {
+		if !errdefs.IsNotFound(err) {
+			return tpl, nil, err
+		}
+		tpl = store.Template{ID: s.TemplateID, Name: s.Alias}
+	}
+	return tpl, &s, nil
+}
+
+func mergeEnv(base, over map[string]string) map[string]string {
+	if len(base) == 0 {
+		return over
+	}
+	out := make(map[string]string, len(base)+len(over))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range over {
+		out[k] = v
+	}
+	return out
 }
 
 func (o *Orchestrator) checkTimeout(d time.Duration) error {
@@ -245,16 +296,25 @@ func (o *Orchestrator) List(ctx context.Context, f store.SandboxFilter) ([]store
 	return o.db.ListSandboxes(ctx, f)
 }
 
-// Lookup is the proxy's cheap route: the host address of a live sandbox,
-// its envd access token and its state. ok is false for unknown sandboxes.
-func (o *Orchestrator) Lookup(id string) (addr netip.Addr, token, state string, ok bool) {
+// Route is where a sandbox's traffic goes right now (the proxy's view).
+type Route struct {
+	Addr       netip.Addr
+	Token      string // envd access token ("" = none)
+	State      string
+	AutoResume bool
+	Gen        uint64 // bumped by every resume: connections from before are stale
+}
+
+// Lookup is the proxy's cheap route to a live sandbox; ok is false for
+// unknown sandboxes.
+func (o *Orchestrator) Lookup(id string) (Route, bool) {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	e, found := o.live[id]
 	if !found || e.gone {
-		return netip.Addr{}, "", "", false
+		return Route{}, false
 	}
-	return e.addr, e.sb.EnvdAccessToken, e.sb.State, true
+	return Route{Addr: e.addr, Token: e.sb.EnvdAccessToken, State: e.sb.State, AutoResume: e.sb.AutoResume, Gen: e.gen}, true
 }
 
 func errNotFound(id string) error {

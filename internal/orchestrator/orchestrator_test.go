@@ -53,9 +53,9 @@ func TestCreate(t *testing.T) {
 		in.Internal["E2B_SANDBOX_ID"] != sb.ID || in.Internal["E2B_TEMPLATE_ID"] != "tplbase" {
 		t.Fatalf("init %+v", in)
 	}
-	addr, tok, st, ok := env.Orch.Lookup(sb.ID)
-	if !ok || addr.String() != "127.0.0.1" || tok != sb.EnvdAccessToken || st != store.StateRunning {
-		t.Fatalf("lookup %v %q %q %v", addr, tok, st, ok)
+	rt, ok := env.Orch.Lookup(sb.ID)
+	if !ok || rt.Addr.String() != "127.0.0.1" || rt.Token != sb.EnvdAccessToken || rt.State != store.StateRunning {
+		t.Fatalf("lookup %+v %v", rt, ok)
 	}
 	row, err := env.DB.GetSandbox(context.Background(), sb.ID)
 	if err != nil || row.Metadata["m"] != "v" {
@@ -146,8 +146,8 @@ func TestPauseResumeConnect(t *testing.T) {
 	if err := o.SetTimeout(ctx, sb.ID, time.Minute); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("timeout paused: %v", err)
 	}
-	if _, _, st, _ := o.Lookup(sb.ID); st != store.StatePaused {
-		t.Fatalf("lookup state %q", st)
+	if rt, _ := o.Lookup(sb.ID); rt.State != store.StatePaused {
+		t.Fatalf("lookup state %q", rt.State)
 	}
 	got, resumed, err := o.Connect(ctx, sb.ID, 2*time.Minute)
 	if err != nil || !resumed || got.State != store.StateRunning {
@@ -273,7 +273,7 @@ func TestKill(t *testing.T) {
 		if err := env.Orch.Kill(ctx, id); !errdefs.IsNotFound(err) {
 			t.Fatalf("second kill: %v", err)
 		}
-		if _, _, _, ok := env.Orch.Lookup(id); ok {
+		if _, ok := env.Orch.Lookup(id); ok {
 			t.Fatal("still routable")
 		}
 	}
@@ -300,13 +300,13 @@ func TestRecover(t *testing.T) {
 	if err := o2.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, st, ok := o2.Lookup(alive.ID); !ok || st != store.StateRunning {
+	if rt, ok := o2.Lookup(alive.ID); !ok || rt.State != store.StateRunning {
 		t.Fatal("alive not adopted")
 	}
-	if _, _, st, ok := o2.Lookup(paused.ID); !ok || st != store.StatePaused {
+	if rt, ok := o2.Lookup(paused.ID); !ok || rt.State != store.StatePaused {
 		t.Fatal("paused not adopted")
 	}
-	if _, _, _, ok := o2.Lookup(dead.ID); ok {
+	if _, ok := o2.Lookup(dead.ID); ok {
 		t.Fatal("dead adopted")
 	}
 	if _, err := env.DB.GetSandbox(ctx, dead.ID); !errdefs.IsNotFound(err) {
@@ -349,7 +349,7 @@ func TestRecoverRuntimeErrors(t *testing.T) {
 	if err := o.Recover(ctx); err != nil {
 		t.Fatalf("partial failure stopped recovery: %v", err)
 	}
-	if _, _, _, ok := o.Lookup(sb.ID); !ok {
+	if _, ok := o.Lookup(sb.ID); !ok {
 		t.Fatal("not adopted")
 	}
 	// Total failure with live rows: abort rather than forget them.

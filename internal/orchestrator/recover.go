@@ -40,11 +40,14 @@ func (o *Orchestrator) Recover(ctx context.Context) error {
 		if !ok {
 			continue
 		}
-		switch sb.State { // an interrupted transition: ask nothing, take the safe side
-		case store.StatePausing, store.StateResuming:
+		// The runtime knows whether an interrupted pause or resume finished.
+		sb.State = store.StateRunning
+		if h.Paused {
 			sb.State = store.StatePaused
 		}
-		sb.Addr = h.Addr.String()
+		if h.Addr.IsValid() {
+			sb.Addr = h.Addr.String()
+		}
 		if err := o.db.UpdateSandbox(ctx, sb); err != nil {
 			return fmt.Errorf("recover %s: %w", sb.ID, err)
 		}

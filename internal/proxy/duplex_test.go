@@ -22,7 +22,7 @@ func TestProxyFullDuplex(t *testing.T) {
 		n, err := io.Copy(io.Discard, r.Body)
 		fmt.Fprintf(w, "%d %v", n, err)
 	}))
-	front := httptest.NewServer(New(Config{Resolver: fakeResolver{"iopen": {"", "running"}}}))
+	front := httptest.NewServer(New(Config{Resolver: fakeResolver{"iopen": {state: "running"}}}))
 	t.Cleanup(func() { // a broken proxy leaves handlers blocked: cut them loose
 		front.CloseClientConnections()
 		backend.CloseClientConnections()

@@ -30,9 +30,21 @@ const (
 	HeaderAccessToken = "X-Access-Token"
 )
 
+// Target is where a sandbox's traffic goes right now.
+type Target struct {
+	Addr       netip.Addr
+	Token      string // envd access token ("" = none)
+	State      string // "running", "paused", …
+	AutoResume bool   // traffic may resume it when paused
+	Gen        uint64 // changes whenever the sandbox's process or address may have (resume)
+}
+
 // Resolver finds a live sandbox; the orchestrator implements it.
 type Resolver interface {
-	Lookup(id string) (addr netip.Addr, token, state string, ok bool)
+	Lookup(id string) (Target, bool)
+	// Wake resumes a paused sandbox that allows auto-resume (waiting for
+	// a pause or resume in progress) and returns where it now runs.
+	Wake(ctx context.Context, id string) (Target, error)
 }
 
 // Config configures the proxy. Resolver is required.
@@ -99,12 +111,17 @@ type route struct {
 	id   string
 	port int
 	addr netip.Addr
+	gen  uint64
 }
 
 func (t route) hostPort() string { return net.JoinHostPort(t.addr.String(), strconv.Itoa(t.port)) }
 
-// poolKey names the upstream for the transport's connection pool.
-func (t route) poolKey() string { return net.JoinHostPort(t.id+".sandbox", strconv.Itoa(t.port)) }
+// poolKey names the upstream for the transport's connection pool: the
+// sandbox and its generation, so that connections to a sandbox from before
+// a pause are never reused after its resume.
+func (t route) poolKey() string {
+	return net.JoinHostPort(t.id+"-"+strconv.FormatUint(t.gen, 10)+".sandbox", strconv.Itoa(t.port))
+}
 
 type ctxKey struct{}
 
@@ -146,11 +163,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	addr, token, state, found := p.cfg.Resolver.Lookup(id)
-	if !found || state != "running" {
+	t, found := p.cfg.Resolver.Lookup(id)
+	if found && t.State != "running" && t.AutoResume {
+		woke, err := p.cfg.Resolver.Wake(r.Context(), id)
+		if err != nil {
+			p.log.Warn("auto-resume failed", "sandboxID", id, "err", err)
+		} else {
+			t = woke
+		}
+	}
+	if !found || t.State != "running" {
 		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "The sandbox was not found", "code": 502})
 		return
 	}
+	token := t.Token
 	if port == p.cfg.EnvdPort {
 		if envdInternal[r.URL.Path] {
 			errhttp.Write(w, http.StatusNotFound, "not found")
@@ -162,7 +188,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, route{id: id, port: port, addr: addr}))
+	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, route{id: id, port: port, addr: t.Addr, gen: t.Gen}))
 	// Streaming RPCs write the response while the request body is still
 	// being copied upstream; without full duplex the HTTP/1 server consumes
 	// the rest of the body on the first write and cuts the upstream copy.
@@ -208,7 +234,7 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		return // client went away
 	}
 	p.log.Warn("proxy error", "sandboxID", t.id, "port", t.port, "err", err)
-	if _, _, _, ok := p.cfg.Resolver.Lookup(t.id); !ok {
+	if _, ok := p.cfg.Resolver.Lookup(t.id); !ok {
 		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": t.id, "message": "The sandbox was not found", "code": 502})
 		return
 	}

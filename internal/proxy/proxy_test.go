@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -14,11 +16,33 @@ import (
 	"time"
 )
 
-type fakeResolver map[string]struct{ token, state string }
+type fakeSandbox struct {
+	token, state string
+	autoResume   bool
+	wakeErr      error
+	wakes        *int
+}
 
-func (f fakeResolver) Lookup(id string) (netip.Addr, string, string, bool) {
+type fakeResolver map[string]fakeSandbox
+
+func (f fakeResolver) Lookup(id string) (Target, bool) {
 	e, ok := f[id]
-	return netip.MustParseAddr("127.0.0.1"), e.token, e.state, ok
+	return Target{Addr: netip.MustParseAddr("127.0.0.1"), Token: e.token, State: e.state, AutoResume: e.autoResume}, ok
+}
+
+func (f fakeResolver) Wake(ctx context.Context, id string) (Target, error) {
+	e := f[id]
+	if e.wakes != nil {
+		*e.wakes++
+	}
+	if e.wakeErr != nil {
+		return Target{}, e.wakeErr
+	}
+	e.state = "running"
+	f[id] = e
+	t, _ := f.Lookup(id)
+	t.Gen = 1
+	return t, nil
 }
 
 func portOf(t *testing.T, ts *httptest.Server) int {
@@ -93,7 +117,10 @@ func TestProxy(t *testing.T) {
 	defer backend.Close()
 	bport := portOf(t, backend)
 	closed := closedPort(t)
-	res := fakeResolver{"isecure": {"tok", "running"}, "iopen": {"", "running"}, "ipaused": {"", "paused"}}
+	wakes := 0
+	res := fakeResolver{"isecure": {token: "tok", state: "running"}, "iopen": {state: "running"},
+		"ipaused": {state: "paused"}, "iauto": {state: "paused", autoResume: true, wakes: &wakes},
+		"iautofail": {state: "paused", autoResume: true, wakeErr: errors.New("boom")}}
 	p := New(Config{Resolver: res, EnvdPort: bport})
 
 	hdr := func(method, path, id string, port int, token string) *http.Request {
@@ -131,6 +158,12 @@ func TestProxy(t *testing.T) {
 			}
 		}},
 		{"paused sandbox", hdr("GET", "/health", "ipaused", bport, ""), 502, nil},
+		{"paused sandbox with auto-resume is woken", hdr("GET", "/health", "iauto", bport, ""), 200, func(t *testing.T, r result) {
+			if wakes != 1 {
+				t.Fatalf("wakes = %d, want 1", wakes)
+			}
+		}},
+		{"auto-resume that fails", hdr("GET", "/health", "iautofail", bport, ""), 502, nil},
 		{"closed port", hdr("GET", "/", "iopen", closed, ""), 502, func(t *testing.T, r result) {
 			if r.body["message"] != "The sandbox is running but port is not open" || r.body["port"] != float64(closed) {
 				t.Fatalf("body %v", r.body)
@@ -173,7 +206,7 @@ func TestProxyStreams(t *testing.T) {
 		io.WriteString(w, "second\n")
 	}))
 	defer backend.Close()
-	p := New(Config{Resolver: fakeResolver{"iopen": {"", "running"}}})
+	p := New(Config{Resolver: fakeResolver{"iopen": {state: "running"}}})
 	front := httptest.NewServer(p)
 	defer front.Close()
 	defer close(release)

@@ -26,6 +26,12 @@ type Spec struct {
 	Pids          int  // process limit
 	AllowInternet bool // egress beyond the host (never to the host or other sandboxes)
 	Hostname      string
+
+	// Snapshot, when set, starts the sandbox from this snapshot (taken by
+	// Runtime.Snapshot) instead of the template: memory, processes and
+	// files as they were when it was taken. Backends without snapshots
+	// return errdefs.ErrNotImplemented.
+	Snapshot string
 }
 
 // Handle is a running sandbox as a backend sees it.
@@ -33,7 +39,31 @@ type Handle struct {
 	ID      string
 	Runtime string     // backend name
 	Addr    netip.Addr // address at which the host reaches the sandbox's ports (envd on 49983)
-	PID     int        // main process on the host (0 if unknown)
+	PID     int        // main process on the host (0 if unknown or paused to disk)
+	// Paused is set by Recover for a sandbox that is paused: frozen in
+	// memory (container) or saved to disk with no process (vm).
+	Paused bool
+}
+
+// Features says what a backend's Pause does.
+type Features struct {
+	// PauseToDisk: Pause saves memory and device state to disk and frees
+	// the sandbox's RAM; a paused sandbox survives a host reboot. Without
+	// it, Pause freezes the processes and memory stays resident.
+	PauseToDisk bool
+}
+
+// Snapshotter is implemented by backends that can save a running sandbox
+// and start new ones from it (Spec.Snapshot); the others answer
+// errdefs.ErrNotImplemented to a create from a snapshot.
+type Snapshotter interface {
+	// Snapshot saves a running sandbox's memory and disk as snapshot
+	// snapID (an ID of the same alphabet as sandbox IDs), stopping the
+	// sandbox only while it saves. Sandboxes created from a snapshot do
+	// not depend on it: deleting it later does not affect them.
+	Snapshot(ctx context.Context, id, snapID string) error
+	// DeleteSnapshot removes a snapshot; unknown IDs succeed.
+	DeleteSnapshot(ctx context.Context, snapID string) error
 }
 
 // Stats is a point-in-time resource reading.
@@ -55,17 +85,26 @@ type Runtime interface {
 	// Kill stops the sandbox and frees every host object named after id.
 	// Killing an unknown or already-dead sandbox succeeds.
 	Kill(ctx context.Context, id string) error
-	// Pause stops the sandbox's processes, keeping its state.
+	// Features describes what Pause does.
+	Features() Features
+	// Pause stops the sandbox's processes, keeping its memory, processes
+	// and files. It either completes or leaves the sandbox running: a crash
+	// in the middle never leaves a half-written pause behind.
 	Pause(ctx context.Context, id string) error
-	// Resume continues a paused sandbox.
-	Resume(ctx context.Context, id string) error
+	// Resume continues a paused sandbox, also one paused by an earlier
+	// server process (after Recover). The handle may differ from the one
+	// before the pause (new process, new address). An error with a nil
+	// handle leaves the sandbox paused; an error with a handle means it
+	// runs again but did not come back healthy.
+	Resume(ctx context.Context, id string) (*Handle, error)
 	// Stats reads resource usage.
 	Stats(ctx context.Context, id string) (Stats, error)
 	// Alive reports whether the sandbox's processes still exist.
 	Alive(ctx context.Context, id string) bool
 	// Recover is called at server start with the IDs the store believes are
-	// live: it returns handles for those still alive and removes every host
-	// object of any other sandbox this backend ever created.
+	// live (running or paused): it returns handles for those it still has,
+	// running or paused (Handle.Paused), and removes every host object of
+	// any other sandbox this backend ever created. Snapshots are kept.
 	Recover(ctx context.Context, live []string) ([]*Handle, error)
 }
 

@@ -17,6 +17,7 @@ const (
 	defaultTimeoutV2      = 300
 	defaultResumeTimeout  = 15
 	defaultConnectTimeout = 300
+	defaultForkTimeout    = 15
 	maxRefreshSeconds     = 3600
 )
 
@@ -44,6 +45,19 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32
 	if body.Timeout != nil {
 		timeout = *body.Timeout
 	}
+	autoPause := body.AutoPause != nil && *body.AutoPause
+	autoResume := false
+	if ar := body.AutoResume; ar != nil {
+		if ar.Enabled == nil {
+			errhttp.Write(w, http.StatusBadRequest, "autoResume.enabled is required")
+			return
+		}
+		autoResume = *ar.Enabled
+		if autoResume && !autoPause {
+			errhttp.Write(w, http.StatusBadRequest, "autoResume needs autoPause: true")
+			return
+		}
+	}
 	req := orchestrator.CreateRequest{
 		Template:      *body.TemplateID,
 		Timeout:       time.Duration(timeout) * time.Second,
@@ -51,7 +65,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32
 		EnvVars:       body.EnvVars,
 		Secure:        alwaysSecure || (body.Secure != nil && *body.Secure),
 		AllowInternet: body.AllowInternetAccess == nil || *body.AllowInternetAccess,
-		AutoPause:     body.AutoPause != nil && *body.AutoPause,
+		AutoPause:     autoPause,
+		AutoResume:    autoResume,
 	}
 	sb, err := s.orch.Create(r.Context(), req)
 	if err != nil {

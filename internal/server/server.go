@@ -70,10 +70,14 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /sandboxes/{id}/metrics", s.auth(s.withID(s.metrics)))
 	m.HandleFunc("GET /templates", s.auth(s.listTemplates))
 	m.HandleFunc("GET /v2/templates", s.auth(s.listTemplates))
+	m.HandleFunc("POST /sandboxes/{id}/snapshots", s.auth(s.withID(s.createSnapshot)))
+	m.HandleFunc("GET /snapshots", s.auth(s.listSnapshots))
+	m.HandleFunc("POST /sandboxes/{id}/fork", s.auth(s.withID(s.fork)))
+	m.HandleFunc("DELETE /templates/{id}", s.auth(s.deleteTemplate))
 	// Parts of the E2B API Moat does not implement yet answer 501 rather
 	// than a 404 the SDKs would read as "sandbox not found".
-	for _, p := range []string{"POST /sandboxes/{id}/fork", "PUT /sandboxes/{id}/network",
-		"POST /sandboxes/{id}/snapshots", "GET /snapshots", "GET /sandboxes/{id}/logs",
+	for _, p := range []string{"PUT /sandboxes/{id}/network",
+		"GET /sandboxes/{id}/logs",
 		"GET /v2/sandboxes/{id}/logs", "GET /sandboxes/metrics"} {
 		m.HandleFunc(p, s.auth(notImplemented))
 	}

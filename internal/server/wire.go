@@ -12,15 +12,21 @@ import (
 const clientID = "6532622b"
 
 // newSandbox is NewSandbox / NewSandboxV2. Fields Moat does not implement
-// yet (network, mcp, iam, volumeMounts, autoResume) are accepted and ignored.
+// yet (network, mcp, iam, volumeMounts, autoPauseMemory) are accepted and
+// ignored.
 type newSandbox struct {
 	TemplateID          *string           `json:"templateID"`
 	Timeout             *int32            `json:"timeout"`
 	AutoPause           *bool             `json:"autoPause"`
+	AutoResume          *autoResumeJSON   `json:"autoResume"`
 	Secure              *bool             `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	Metadata            map[string]string `json:"metadata"`
 	EnvVars             map[string]string `json:"envVars"`
+}
+
+type autoResumeJSON struct {
+	Enabled *bool `json:"enabled"`
 }
 
 type timeoutBody struct {
@@ -148,7 +154,7 @@ func toDetail(sb store.Sandbox) detailJSON {
 		StartedAt: sb.StartedAt.UTC(), EndAt: sb.EndAt.UTC(), EnvdVersion: state.Version,
 		EnvdAccessToken: sb.EnvdAccessToken, CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
 		DiskSizeMB: sb.DiskSizeMB, Metadata: nonNil(sb.Metadata), State: apiState(sb.State),
-		AllowInternetAccess: &inet, Lifecycle: &lifecycleJSON{OnTimeout: onTimeout}}
+		AllowInternetAccess: &inet, Lifecycle: &lifecycleJSON{OnTimeout: onTimeout, AutoResume: sb.AutoResume}}
 }
 
 func toListed(sb store.Sandbox) listedJSON {

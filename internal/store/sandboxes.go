@@ -36,6 +36,8 @@ type Sandbox struct {
 	Secure          bool
 	AllowInternet   bool
 	AutoPause       bool
+	AutoResume      bool          // traffic through the proxy resumes it when paused
+	Timeout         time.Duration // lifetime asked for at create (whole seconds); an auto-resume grants it again
 	CPUCount        int
 	MemoryMB        int
 	DiskSizeMB      int
@@ -59,7 +61,8 @@ type SandboxFilter struct {
 }
 
 const sandboxCols = `id, template_id, alias, state, runtime, addr, started_at, end_at, metadata,
-	env_vars, envd_access_token, secure, allow_internet, auto_pause, cpu_count, memory_mb, disk_size_mb`
+	env_vars, envd_access_token, secure, allow_internet, auto_pause, cpu_count, memory_mb, disk_size_mb,
+	auto_resume, timeout_s`
 
 // InsertSandbox stores a new sandbox; errdefs.ErrAlreadyExists if the ID is taken.
 func (d *DB) InsertSandbox(ctx context.Context, s Sandbox) error {
@@ -68,10 +71,10 @@ func (d *DB) InsertSandbox(ctx context.Context, s Sandbox) error {
 		return fmt.Errorf("insert sandbox %s: %w", s.ID, err)
 	}
 	_, err = d.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.ID, s.TemplateID, s.Alias, s.State, s.Runtime, s.Addr, toUnix(s.StartedAt), toUnix(s.EndAt),
 		md, env, s.EnvdAccessToken, boolInt(s.Secure), boolInt(s.AllowInternet), boolInt(s.AutoPause),
-		s.CPUCount, s.MemoryMB, s.DiskSizeMB)
+		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second))
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") {
 			return fmt.Errorf("insert sandbox %s: %w", s.ID, errAlreadyExists)
@@ -89,10 +92,11 @@ func (d *DB) UpdateSandbox(ctx context.Context, s Sandbox) error {
 	}
 	res, err := d.db.ExecContext(ctx, `UPDATE sandboxes SET template_id=?, alias=?, state=?, runtime=?,
 		addr=?, started_at=?, end_at=?, metadata=?, env_vars=?, envd_access_token=?, secure=?,
-		allow_internet=?, auto_pause=?, cpu_count=?, memory_mb=?, disk_size_mb=? WHERE id=?`,
+		allow_internet=?, auto_pause=?, cpu_count=?, memory_mb=?, disk_size_mb=?, auto_resume=?,
+		timeout_s=? WHERE id=?`,
 		s.TemplateID, s.Alias, s.State, s.Runtime, s.Addr, toUnix(s.StartedAt), toUnix(s.EndAt),
 		md, env, s.EnvdAccessToken, boolInt(s.Secure), boolInt(s.AllowInternet), boolInt(s.AutoPause),
-		s.CPUCount, s.MemoryMB, s.DiskSizeMB, s.ID)
+		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second), s.ID)
 	if err != nil {
 		return fmt.Errorf("update sandbox %s: %w", s.ID, err)
 	}
@@ -219,14 +223,17 @@ func scanSandbox(sc scanner) (Sandbox, error) {
 	var s Sandbox
 	var started, end int64
 	var md, env string
-	var secure, inet, autoPause int
+	var secure, inet, autoPause, autoResume int
+	var timeoutS int64
 	err := sc.Scan(&s.ID, &s.TemplateID, &s.Alias, &s.State, &s.Runtime, &s.Addr, &started, &end, &md,
-		&env, &s.EnvdAccessToken, &secure, &inet, &autoPause, &s.CPUCount, &s.MemoryMB, &s.DiskSizeMB)
+		&env, &s.EnvdAccessToken, &secure, &inet, &autoPause, &s.CPUCount, &s.MemoryMB, &s.DiskSizeMB,
+		&autoResume, &timeoutS)
 	if err != nil {
 		return s, err
 	}
 	s.StartedAt, s.EndAt = fromUnix(started), fromUnix(end)
-	s.Secure, s.AllowInternet, s.AutoPause = secure != 0, inet != 0, autoPause != 0
+	s.Secure, s.AllowInternet, s.AutoPause, s.AutoResume = secure != 0, inet != 0, autoPause != 0, autoResume != 0
+	s.Timeout = time.Duration(timeoutS) * time.Second
 	if err := json.Unmarshal([]byte(md), &s.Metadata); err != nil {
 		return s, fmt.Errorf("sandbox %s metadata: %w", s.ID, err)
 	}

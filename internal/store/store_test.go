@@ -31,7 +31,7 @@ func TestOpenMigratesOnceAndReopens(t *testing.T) {
 			t.Fatalf("open %d: %v", i, err)
 		}
 		v, err := d.SchemaVersion(ctx)
-		if err != nil || v != 1 {
+		if err != nil || v != 2 {
 			t.Fatalf("schema version = %d, %v", v, err)
 		}
 		d.Close()

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -67,17 +68,25 @@ func (c *Client) sandboxURL() string {
 // not nil) receives the decoded answer. Statuses other than want are errors
 // (*APIError).
 func (c *Client) do(ctx context.Context, method, path string, in any, want int, out any) error {
+	_, _, err := c.call(ctx, method, path, in, out, want)
+	return err
+}
+
+// call is do for answers with several success statuses (want) or headers
+// the caller needs: it returns the status and headers of a successful
+// answer.
+func (c *Client) call(ctx context.Context, method, path string, in, out any, want ...int) (int, http.Header, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return fmt.Errorf("%s %s: encode: %w", method, path, err)
+			return 0, nil, fmt.Errorf("%s %s: encode: %w", method, path, err)
 		}
 		body = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.APIURL, "/")+path, body)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	req.Header.Set("X-API-Key", c.APIKey)
 	req.Header.Set("Accept", "application/json")
@@ -87,33 +96,40 @@ func (c *Client) do(ctx context.Context, method, path string, in any, want int, 
 	}
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w: %w", method, path, ErrUnavailable, err)
+		return 0, nil, fmt.Errorf("%s %s: %w: %w", method, path, ErrUnavailable, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
 	if err != nil {
-		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
+		return 0, nil, fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
-	if resp.StatusCode != want {
+	if !slices.Contains(want, resp.StatusCode) {
 		if resp.StatusCode/100 == 2 {
-			return fmt.Errorf("%s %s: unexpected status %d (want %d)", method, path, resp.StatusCode, want)
+			return 0, nil, fmt.Errorf("%s %s: unexpected status %d (want %v): %w", method, path, resp.StatusCode, want, ErrInternal)
 		}
-		return fmt.Errorf("%s %s: %w", method, path, parseAPIError(resp.StatusCode, b))
+		return 0, nil, fmt.Errorf("%s %s: %w", method, path, parseAPIError(resp.StatusCode, b))
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
-			return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+			return 0, nil, fmt.Errorf("%s %s: decode answer: %w: %w", method, path, ErrInternal, err)
 		}
 	}
-	return nil
+	return resp.StatusCode, resp.Header, nil
 }
 
 // CreateOptions configure a new sandbox.
 type CreateOptions struct {
-	Template string            // template ID or name; "" = "base"
+	Template string            // template ID or name, or snapshot ID or name; "" = "base"
 	Timeout  time.Duration     // time to live; 0 = 5 minutes (E2B SDK default)
 	Metadata map[string]string // free-form labels, returned by List
 	EnvVars  map[string]string // environment of every process in the sandbox
+
+	// AutoPause pauses the sandbox when its timeout expires instead of
+	// killing it; Connect resumes it.
+	AutoPause bool
+	// AutoResume resumes an auto-paused sandbox when traffic reaches it
+	// through the sandbox proxy. It requires AutoPause.
+	AutoResume bool
 }
 
 // DefaultTemplate and DefaultTimeout apply when CreateOptions leaves them empty.
@@ -153,8 +169,10 @@ func (c *Client) sandbox(s sandboxJSON) *Sandbox {
 }
 
 // CreateSandbox starts a sandbox (POST /sandboxes, secure: envd requires the
-// returned access token). The caller should Kill it when done; otherwise it
-// dies when its timeout expires.
+// returned access token). opts.Template may name a snapshot (CreateSnapshot),
+// which starts a new sandbox from the snapshotted state. The caller should
+// Kill it when done; otherwise it dies (or, with AutoPause, pauses) when its
+// timeout expires.
 func (c *Client) CreateSandbox(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
 	if opts.Template == "" {
 		opts.Template = DefaultTemplate
@@ -164,6 +182,9 @@ func (c *Client) CreateSandbox(ctx context.Context, opts CreateOptions) (*Sandbo
 	}
 	if opts.Timeout < time.Second {
 		return nil, fmt.Errorf("create sandbox: timeout %s below 1s: %w", opts.Timeout, ErrInvalidArgument)
+	}
+	if opts.AutoResume && !opts.AutoPause {
+		return nil, fmt.Errorf("create sandbox: AutoResume requires AutoPause: %w", ErrInvalidArgument)
 	}
 	in := map[string]any{
 		"templateID": opts.Template,
@@ -175,6 +196,12 @@ func (c *Client) CreateSandbox(ctx context.Context, opts CreateOptions) (*Sandbo
 	}
 	if opts.EnvVars != nil {
 		in["envVars"] = opts.EnvVars
+	}
+	if opts.AutoPause {
+		in["autoPause"] = true
+	}
+	if opts.AutoResume {
+		in["autoResume"] = map[string]bool{"enabled": true}
 	}
 	var out sandboxJSON
 	if err := c.do(ctx, http.MethodPost, "/sandboxes", in, http.StatusCreated, &out); err != nil {
@@ -196,7 +223,8 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
 	return c.sandbox(out), nil
 }
 
-// ListSandboxes returns the running sandboxes (GET /sandboxes).
+// ListSandboxes returns the running sandboxes (GET /sandboxes); paused
+// ones are not listed.
 func (c *Client) ListSandboxes(ctx context.Context) ([]SandboxInfo, error) {
 	var out []sandboxJSON
 	if err := c.do(ctx, http.MethodGet, "/sandboxes", nil, http.StatusOK, &out); err != nil {
@@ -225,4 +253,42 @@ func (c *Client) SetTimeout(ctx context.Context, id string, d time.Duration) err
 		return fmt.Errorf("set timeout of sandbox %s: %w", id, err)
 	}
 	return nil
+}
+
+// Pause suspends a running sandbox (POST /sandboxes/{id}/pause): its memory
+// and files are kept until Connect resumes it (or Kill). ErrConflict
+// when the sandbox is not running (already paused, or still starting),
+// ErrNotFound when it does not exist.
+func (c *Client) Pause(ctx context.Context, id string) error {
+	if err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/pause", nil, http.StatusNoContent, nil); err != nil {
+		return fmt.Errorf("pause sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// Connect makes sure a sandbox runs and expires no sooner than timeout from
+// now (POST /v2/sandboxes/{id}/connect): a paused sandbox is resumed
+// (resumed is true), a running one only has its timeout extended (never
+// shortened). timeout 0 means DefaultTimeout. ErrNotFound when the sandbox does not exist (any more).
+func (c *Client) Connect(ctx context.Context, id string, timeout time.Duration) (sb *Sandbox, resumed bool, err error) {
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	if timeout < time.Second {
+		return nil, false, fmt.Errorf("connect sandbox %s: timeout %s below 1s: %w", id, timeout, ErrInvalidArgument)
+	}
+	in := map[string]int{"timeout": int(timeout / time.Second)}
+	var out sandboxJSON
+	status, _, err := c.call(ctx, http.MethodPost, "/v2/sandboxes/"+url.PathEscape(id)+"/connect", in, &out,
+		http.StatusOK, http.StatusCreated)
+	if err != nil {
+		return nil, false, fmt.Errorf("connect sandbox %s: %w", id, err)
+	}
+	if out.SandboxID == "" {
+		return nil, false, fmt.Errorf("connect sandbox %s: answer without sandboxID: %w", id, ErrInternal)
+	}
+	if out.State == "" {
+		out.State = "running"
+	}
+	return c.sandbox(out), status == http.StatusCreated, nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,7 @@ func TestErrors(t *testing.T) {
 		{"conflict", 409, `{"code":409,"message":"paused"}`, ErrConflict, "paused"},
 		{"rate", 429, `{"code":429,"message":"slow down"}`, ErrRateLimited, "slow down"},
 		{"busy", 503, `{"code":503,"message":"no capacity"}`, ErrUnavailable, "no capacity"},
+		{"not implemented", 501, `{"code":501,"message":"no snapshots"}`, ErrNotImplemented, "no snapshots"},
 		{"plain text", 500, "boom", ErrInternal, "boom"},
 		{"empty body", 403, "", ErrForbidden, "Forbidden"},
 	}
@@ -255,6 +257,307 @@ func TestRun(t *testing.T) {
 					p.GetCwd() != "/tmp" || p.GetEnvs()["A"] != "1" || f.gotReq.Stdin == nil || *f.gotReq.Stdin {
 					t.Fatalf("start request = %v", f.gotReq)
 				}
+			}
+		})
+	}
+}
+
+// reply returns a handler answering status with body (raw, not re-encoded).
+func reply(status int, body string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	}
+}
+
+// checkErr fails t unless err wraps want (nil: err is nil).
+func checkErr(t *testing.T, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) { // errors.Is(err, nil) is err == nil
+		t.Fatalf("err = %v, want %v", err, want)
+	}
+}
+
+func TestCreateSandboxLifecycleOptions(t *testing.T) {
+	tests := []struct {
+		name     string
+		opts     CreateOptions
+		wantBody map[string]any // nil: no request expected
+		wantErr  error
+	}{
+		{"auto pause", CreateOptions{Template: "snapabc", AutoPause: true},
+			map[string]any{"templateID": "snapabc", "timeout": float64(300), "secure": true, "autoPause": true}, nil},
+		{"auto resume", CreateOptions{Template: "my-snap", AutoPause: true, AutoResume: true, Timeout: time.Minute},
+			map[string]any{"templateID": "my-snap", "timeout": float64(60), "secure": true, "autoPause": true,
+				"autoResume": map[string]any{"enabled": true}}, nil},
+		{"resume without pause", CreateOptions{AutoResume: true}, nil, ErrInvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got map[string]any
+			c := fakeAPI(t, map[string]http.HandlerFunc{
+				"POST /sandboxes": func(w http.ResponseWriter, r *http.Request) {
+					json.NewDecoder(r.Body).Decode(&got)
+					writeJSON(w, http.StatusCreated, map[string]any{"sandboxID": "i1", "envdAccessToken": "tok"})
+				},
+			})
+			_, err := c.CreateSandbox(context.Background(), tt.opts)
+			checkErr(t, err, tt.wantErr)
+			gb, _ := json.Marshal(got)
+			wb, _ := json.Marshal(tt.wantBody)
+			if !bytes.Equal(gb, wb) {
+				t.Fatalf("body = %s, want %s", gb, wb)
+			}
+		})
+	}
+}
+
+func TestPause(t *testing.T) {
+	tests := []struct {
+		name    string
+		handler http.HandlerFunc
+		wantErr error
+	}{
+		{"ok", reply(http.StatusNoContent, ""), nil},
+		{"not running", reply(http.StatusConflict, `{"code":409,"message":"sandbox i1 is paused"}`), ErrConflict},
+		{"unknown", reply(http.StatusNotFound, `{"code":404,"message":"sandbox i1 not found"}`), ErrNotFound},
+		{"wrong success status", reply(http.StatusOK, `{}`), ErrInternal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gotID := ""
+			c := fakeAPI(t, map[string]http.HandlerFunc{
+				"POST /sandboxes/{id}/pause": func(w http.ResponseWriter, r *http.Request) {
+					gotID = r.PathValue("id")
+					tt.handler(w, r)
+				},
+			})
+			sb := &Sandbox{ID: "i1", Info: SandboxInfo{State: "running"}, client: c}
+			err := sb.Pause(context.Background())
+			checkErr(t, err, tt.wantErr)
+			if gotID != "i1" {
+				t.Fatalf("paused %q, want i1", gotID)
+			}
+			wantState := "running"
+			if tt.wantErr == nil {
+				wantState = "paused"
+			}
+			if sb.Info.State != wantState {
+				t.Fatalf("state = %q, want %q", sb.Info.State, wantState)
+			}
+		})
+	}
+}
+
+func TestConnect(t *testing.T) {
+	const ok = `{"sandboxID":"i1","templateID":"base","alias":"py","clientID":"x","envdVersion":"0.6.13","envdAccessToken":"tok2"}`
+	tests := []struct {
+		name        string
+		timeout     time.Duration
+		handler     http.HandlerFunc
+		wantTimeout float64 // seconds sent; 0: no request expected
+		wantResumed bool
+		wantErr     error
+	}{
+		{"running", time.Minute, reply(http.StatusOK, ok), 60, false, nil},
+		{"resumed", 0, reply(http.StatusCreated, ok), 300, true, nil},
+		{"unknown", time.Minute, reply(http.StatusNotFound, `{"code":404,"message":"sandbox i1 not found"}`), 60, false, ErrNotFound},
+		{"conflict", time.Minute, reply(http.StatusConflict, `{"code":409,"message":"sandbox i1 is being killed"}`), 60, false, ErrConflict},
+		{"bad json", time.Minute, reply(http.StatusOK, `{"sandboxID":`), 60, false, ErrInternal},
+		{"no id", time.Minute, reply(http.StatusCreated, `{}`), 60, false, ErrInternal},
+		{"unexpected 204", time.Minute, reply(http.StatusNoContent, ""), 60, false, ErrInternal},
+		{"timeout too small", 500 * time.Millisecond, reply(http.StatusOK, ok), 0, false, ErrInvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got struct {
+				Timeout float64 `json:"timeout"`
+			}
+			c := fakeAPI(t, map[string]http.HandlerFunc{
+				"POST /v2/sandboxes/{id}/connect": func(w http.ResponseWriter, r *http.Request) {
+					if r.PathValue("id") != "i1" || r.Header.Get("Content-Type") != "application/json" {
+						t.Errorf("request %s %v", r.URL, r.Header)
+					}
+					json.NewDecoder(r.Body).Decode(&got)
+					tt.handler(w, r)
+				},
+			})
+			sb, resumed, err := c.Connect(context.Background(), "i1", tt.timeout)
+			checkErr(t, err, tt.wantErr)
+			if got.Timeout != tt.wantTimeout {
+				t.Fatalf("sent timeout %v, want %v", got.Timeout, tt.wantTimeout)
+			}
+			if tt.wantErr != nil {
+				if sb != nil || resumed {
+					t.Fatalf("Connect() = %+v, %v on error", sb, resumed)
+				}
+				return
+			}
+			if resumed != tt.wantResumed || sb.ID != "i1" || sb.AccessToken != "tok2" ||
+				sb.Info.State != "running" || sb.Info.Alias != "py" {
+				t.Fatalf("Connect() = %+v, resumed %v", sb, resumed)
+			}
+		})
+	}
+}
+
+func TestSandboxConnectRefreshes(t *testing.T) {
+	c := fakeAPI(t, map[string]http.HandlerFunc{
+		"POST /v2/sandboxes/{id}/connect": reply(http.StatusCreated,
+			`{"sandboxID":"i1","templateID":"base","envdVersion":"0.6.14","envdAccessToken":"new"}`),
+	})
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	sb := &Sandbox{ID: "i1", AccessToken: "old", client: c,
+		Info: SandboxInfo{ID: "i1", TemplateID: "base", Alias: "py", State: "paused", StartedAt: start, MemoryMB: 512}}
+	resumed, err := sb.Connect(context.Background(), time.Minute)
+	if err != nil || !resumed {
+		t.Fatalf("Connect() = %v, %v", resumed, err)
+	}
+	want := SandboxInfo{ID: "i1", TemplateID: "base", Alias: "py", EnvdVersion: "0.6.14", State: "running",
+		StartedAt: start, MemoryMB: 512}
+	if sb.AccessToken != "new" || !reflect.DeepEqual(sb.Info, want) {
+		t.Fatalf("sandbox = %+v", sb)
+	}
+}
+
+func TestCreateSnapshot(t *testing.T) {
+	created := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	okBody := `{"snapshotID":"snap1","names":["v1"],"sandboxID":"i1","createdAt":"2026-03-04T05:06:07Z"}`
+	tests := []struct {
+		name     string
+		snapName string
+		handler  http.HandlerFunc
+		wantBody string
+		want     SnapshotInfo
+		wantErr  error
+	}{
+		{"named", "v1", reply(http.StatusCreated, okBody), `{"name":"v1"}`,
+			SnapshotInfo{ID: "snap1", Names: []string{"v1"}, SandboxID: "i1", CreatedAt: created}, nil},
+		{"unnamed", "", reply(http.StatusCreated, `{"snapshotID":"snap2","names":[]}`), `{}`,
+			SnapshotInfo{ID: "snap2", Names: []string{}}, nil},
+		{"container runtime", "", reply(http.StatusNotImplemented,
+			`{"code":501,"message":"the container runtime cannot snapshot sandboxes"}`), `{}`, SnapshotInfo{}, ErrNotImplemented},
+		{"unknown", "", reply(http.StatusNotFound, `{"code":404,"message":"sandbox i1 not found"}`), `{}`, SnapshotInfo{}, ErrNotFound},
+		{"name taken", "v1", reply(http.StatusConflict, `{"code":409,"message":"snapshot \"v1\" already exists"}`),
+			`{"name":"v1"}`, SnapshotInfo{}, ErrConflict},
+		{"bad name", "a b", reply(http.StatusBadRequest, `{"code":400,"message":"bad name"}`), `{"name":"a b"}`,
+			SnapshotInfo{}, ErrInvalidArgument},
+		{"bad json", "", reply(http.StatusCreated, `[`), `{}`, SnapshotInfo{}, ErrInternal},
+		{"no id", "", reply(http.StatusCreated, `{"names":[]}`), `{}`, SnapshotInfo{}, ErrInternal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var gotBody []byte
+			c := fakeAPI(t, map[string]http.HandlerFunc{
+				"POST /sandboxes/{id}/snapshots": func(w http.ResponseWriter, r *http.Request) {
+					if r.PathValue("id") != "i1" {
+						t.Errorf("snapshot of %q", r.PathValue("id"))
+					}
+					gotBody, _ = io.ReadAll(r.Body)
+					tt.handler(w, r)
+				},
+			})
+			sb := &Sandbox{ID: "i1", client: c}
+			got, err := sb.CreateSnapshot(context.Background(), tt.snapName)
+			checkErr(t, err, tt.wantErr)
+			if string(gotBody) != tt.wantBody {
+				t.Fatalf("body = %s, want %s", gotBody, tt.wantBody)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("CreateSnapshot() = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestListSnapshots(t *testing.T) {
+	// pages maps the nextToken query parameter to (body, X-Next-Token).
+	type page struct{ body, next string }
+	snap := func(id string) string { return `{"snapshotID":"` + id + `","names":[],"sandboxID":"i1"}` }
+	tests := []struct {
+		name      string
+		sandboxID string
+		pages     map[string]page
+		status    int
+		wantIDs   []string
+		wantErr   error
+	}{
+		{"one page", "", map[string]page{"": {"[" + snap("s1") + "]", ""}}, 200, []string{"s1"}, nil},
+		{"empty", "i1", map[string]page{"": {"[]", ""}}, 200, nil, nil},
+		{"three pages", "i1", map[string]page{
+			"":   {"[" + snap("s1") + "," + snap("s2") + "]", "s2"},
+			"s2": {"[" + snap("s3") + "," + snap("s4") + "]", "s4"},
+			"s4": {"[" + snap("s5") + "]", ""},
+		}, 200, []string{"s1", "s2", "s3", "s4", "s5"}, nil},
+		{"token loop", "", map[string]page{
+			"":   {"[" + snap("s1") + "]", "s1"},
+			"s1": {"[" + snap("s2") + "]", "s1"},
+		}, 200, nil, ErrInternal},
+		{"bad json", "", map[string]page{"": {`{"snapshotID":"s1"}`, ""}}, 200, nil, ErrInternal},
+		{"server error", "", map[string]page{"": {`{"code":500,"message":"db gone"}`, ""}}, 500, nil, ErrInternal},
+		{"bad request", "", map[string]page{"": {`{"code":400,"message":"Invalid next token"}`, ""}}, 400, nil, ErrInvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := 0
+			c := fakeAPI(t, map[string]http.HandlerFunc{
+				"GET /snapshots": func(w http.ResponseWriter, r *http.Request) {
+					calls++
+					q := r.URL.Query()
+					if q.Get("sandboxID") != tt.sandboxID {
+						t.Errorf("sandboxID = %q, want %q", q.Get("sandboxID"), tt.sandboxID)
+					}
+					p, ok := tt.pages[q.Get("nextToken")]
+					if !ok || calls > 10 {
+						t.Errorf("unexpected page %q (call %d)", q.Get("nextToken"), calls)
+						w.WriteHeader(http.StatusBadRequest)
+						return
+					}
+					if p.next != "" {
+						w.Header().Set("X-Next-Token", p.next)
+					}
+					reply(tt.status, p.body)(w, r)
+				},
+			})
+			got, err := c.ListSnapshots(context.Background(), tt.sandboxID)
+			checkErr(t, err, tt.wantErr)
+			var ids []string
+			for _, s := range got {
+				ids = append(ids, s.ID)
+			}
+			if !reflect.DeepEqual(ids, tt.wantIDs) {
+				t.Fatalf("IDs = %v, want %v", ids, tt.wantIDs)
+			}
+			if tt.wantErr == nil && calls != len(tt.pages) {
+				t.Fatalf("%d calls for %d pages", calls, len(tt.pages))
+			}
+		})
+	}
+}
+
+func TestDeleteSnapshot(t *testing.T) {
+	tests := []struct {
+		name    string
+		handler http.HandlerFunc
+		wantErr error
+	}{
+		{"ok", reply(http.StatusNoContent, ""), nil},
+		{"unknown", reply(http.StatusNotFound, `{"code":404,"message":"template or snapshot 'snap1' not found"}`), ErrNotFound},
+		{"a template", reply(http.StatusNotImplemented, `{"code":501,"message":"use moat template"}`), ErrNotImplemented},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gotID := ""
+			c := fakeAPI(t, map[string]http.HandlerFunc{
+				"DELETE /templates/{id}": func(w http.ResponseWriter, r *http.Request) {
+					gotID = r.PathValue("id")
+					tt.handler(w, r)
+				},
+			})
+			checkErr(t, c.DeleteSnapshot(context.Background(), "snap1"), tt.wantErr)
+			if gotID != "snap1" {
+				t.Fatalf("deleted %q", gotID)
 			}
 		})
 	}

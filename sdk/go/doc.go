@@ -9,6 +9,11 @@
 //	defer sb.Kill(context.WithoutCancel(ctx))
 //	code, err := sb.Run(ctx, "echo hello", moat.RunOptions{Stdout: os.Stdout})
 //
+// Sandboxes can be paused and resumed (Pause, Connect; CreateOptions.AutoPause
+// pauses instead of killing at the timeout) and snapshotted (CreateSnapshot);
+// a snapshot's ID or name works as CreateOptions.Template. Errors wrap the
+// kinds in errors.go (ErrNotFound, ErrConflict, ErrNotImplemented, ...).
+//
 // The package imports nothing from Moat's internal packages; only the public
 // generated envd contract under api/envd.
 package moat

@@ -21,6 +21,7 @@ var (
 	ErrConflict        = errors.New("conflict")
 	ErrRateLimited     = errors.New("rate limited")
 	ErrUnavailable     = errors.New("unavailable")
+	ErrNotImplemented  = errors.New("not implemented") // e.g. snapshots on the container runtime
 	ErrInternal        = errors.New("internal error")
 )
 
@@ -56,6 +57,8 @@ func kindOfStatus(status int) error {
 	case status == http.StatusBadGateway || status == http.StatusServiceUnavailable ||
 		status == http.StatusGatewayTimeout:
 		return ErrUnavailable
+	case status == http.StatusNotImplemented:
+		return ErrNotImplemented
 	default:
 		return ErrInternal
 	}
@@ -102,6 +105,8 @@ func fromConnect(op string, err error) error {
 		kind = ErrRateLimited
 	case connect.CodeUnavailable, connect.CodeDeadlineExceeded:
 		kind = ErrUnavailable
+	case connect.CodeUnimplemented:
+		kind = ErrNotImplemented
 	default:
 		kind = ErrInternal
 	}

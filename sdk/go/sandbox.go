@@ -48,6 +48,48 @@ func (s *Sandbox) Kill(ctx context.Context) error {
 	return s.client.Kill(ctx, s.ID)
 }
 
+// Pause suspends the sandbox; see Client.Pause. s.Info.State becomes
+// "paused" on success.
+func (s *Sandbox) Pause(ctx context.Context) error {
+	if err := s.client.Pause(ctx, s.ID); err != nil {
+		return err
+	}
+	s.Info.State = "paused"
+	return nil
+}
+
+// Connect resumes the sandbox if it is paused and makes it expire no sooner
+// than timeout from now; see Client.Connect. It reports whether the sandbox was resumed
+// and refreshes s.AccessToken and the Info fields the answer carries
+// (s.Info.State becomes "running"). Not safe for concurrent use with other
+// calls on s.
+func (s *Sandbox) Connect(ctx context.Context, timeout time.Duration) (resumed bool, err error) {
+	fresh, resumed, err := s.client.Connect(ctx, s.ID, timeout)
+	if err != nil {
+		return false, err
+	}
+	if fresh.AccessToken != "" {
+		s.AccessToken = fresh.AccessToken
+	}
+	if fresh.Info.TemplateID != "" {
+		s.Info.TemplateID = fresh.Info.TemplateID
+	}
+	if fresh.Info.Alias != "" {
+		s.Info.Alias = fresh.Info.Alias
+	}
+	if fresh.Info.EnvdVersion != "" {
+		s.Info.EnvdVersion = fresh.Info.EnvdVersion
+	}
+	s.Info.State = fresh.Info.State
+	return resumed, nil
+}
+
+// CreateSnapshot snapshots the sandbox, which keeps running; see
+// Client.CreateSnapshot.
+func (s *Sandbox) CreateSnapshot(ctx context.Context, name string) (SnapshotInfo, error) {
+	return s.client.CreateSnapshot(ctx, s.ID, name)
+}
+
 // RunOptions configure one command.
 type RunOptions struct {
 	Stdout io.Writer         // receives the command's stdout; nil discards it

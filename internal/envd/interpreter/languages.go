@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/moatsh/moat/internal/jupyter"
 )
@@ -30,6 +31,10 @@ type language struct {
 	restoreEnv func(keys []string) string
 }
 
+// denoLateResultGrace: Deno's kernel sometimes publishes execute_result
+// after reporting idle (a missing JS result in roughly one run in ten).
+const denoLateResultGrace = 300 * time.Millisecond
+
 // languages is the launch table, keyed by normalised language name.
 var languages = map[string]language{
 	"python": {
@@ -42,8 +47,10 @@ var languages = map[string]language{
 	"javascript": {
 		name: "javascript",
 		spec: func(Config) (jupyter.Spec, error) {
-			return findOr("deno", jupyter.Spec{Name: "deno", Language: "typescript",
+			s, err := findOr("deno", jupyter.Spec{Name: "deno", Language: "typescript",
 				Argv: []string{"deno", "jupyter", "--kernel", "--conn", "{connection_file}"}})
+			s.LateResultGrace = denoLateResultGrace
+			return s, err
 		},
 		setEnv: func(env map[string]string) string {
 			return fmt.Sprintf(`globalThis.__moatEnv = {}; for (const [k, v] of Object.entries(JSON.parse(atob(%q)))) { globalThis.__moatEnv[k] = Deno.env.get(k); Deno.env.set(k, v); }`, b64JSON(env))

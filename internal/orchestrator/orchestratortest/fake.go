@@ -24,7 +24,10 @@ import (
 	"github.com/moatsh/moat/internal/store"
 )
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime     = (*Runtime)(nil)
+	_ runtime.Snapshotter = (*Runtime)(nil)
+)
 
 // Runtime is a fake backend: sandboxes are map entries whose "envd" is one
 // shared httptest server on 127.0.0.1. Function fields inject failures.
@@ -34,21 +37,28 @@ type Runtime struct {
 
 	CreateF func(spec runtime.Spec) error // non-nil error fails Create
 	PauseF  func(id string) error
+	// ResumeF fails a resume: with ran the sandbox runs again anyway
+	// (an unhealthy resume), else it stays paused.
+	ResumeF func(id string) (ran bool, err error)
 	// RecoverErr is returned by Recover together with its handles.
 	RecoverErr error
 
-	mu       sync.Mutex
-	sandbox  map[string]string // id → state ("running", "paused"); guarded by mu
-	inits    map[string]state.Init
-	killed   []string
-	healthOK bool
-	initCode int
+	mu        sync.Mutex
+	sandbox   map[string]string // id → state ("running", "paused"); guarded by mu
+	snaps     map[string]string // snapshot ID → the envd token inside it; guarded by mu
+	tokens    map[string]string // sandbox ID → the token its "envd" has
+	initCount map[string]int
+	inits     map[string]state.Init
+	killed    []string
+	healthOK  bool
+	initCode  int
 }
 
 // NewRuntime starts the envd stub; it is closed when the test ends.
 func NewRuntime(t testing.TB) *Runtime {
 	t.Helper()
-	r := &Runtime{sandbox: map[string]string{}, inits: map[string]state.Init{}, healthOK: true, initCode: http.StatusNoContent}
+	r := &Runtime{sandbox: map[string]string{}, inits: map[string]state.Init{}, tokens: map[string]string{},
+		snaps: map[string]string{}, initCount: map[string]int{}, healthOK: true, initCode: http.StatusNoContent}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		r.mu.Lock()
@@ -66,11 +76,20 @@ func NewRuntime(t testing.TB) *Runtime {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		id := in.Internal["E2B_SANDBOX_ID"]
 		r.mu.Lock()
-		r.inits[in.Internal["E2B_SANDBOX_ID"]] = in
-		code := r.initCode
-		r.mu.Unlock()
-		w.WriteHeader(code)
+		defer r.mu.Unlock()
+		// Like envd: once it has a token, /init must present it.
+		if cur := r.tokens[id]; cur != "" && req.Header.Get("X-Access-Token") != cur {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		r.inits[id] = in
+		r.initCount[id]++
+		if in.AccessToken != nil && r.initCode < 300 {
+			r.tokens[id] = *in.AccessToken
+		}
+		w.WriteHeader(r.initCode)
 	})
 	r.Envd = httptest.NewServer(mux)
 	t.Cleanup(r.Envd.Close)
@@ -124,6 +143,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (*runtime.Handl
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if spec.Snapshot != "" {
+		tok, ok := r.snaps[spec.Snapshot]
+		if !ok {
+			return nil, fmt.Errorf("fake snapshot %s: %w", spec.Snapshot, errdefs.ErrNotFound)
+		}
+		r.tokens[spec.ID] = tok // the clone's envd still has the source's token
+	}
 	r.sandbox[spec.ID] = "running"
 	return &runtime.Handle{ID: spec.ID, Runtime: "fake", Addr: netip.MustParseAddr("127.0.0.1")}, nil
 }
@@ -145,8 +171,58 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	return r.transition(id, "running", "paused")
 }
 
-func (r *Runtime) Resume(ctx context.Context, id string) error {
-	return r.transition(id, "paused", "running")
+func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error) {
+	var ferr error
+	if r.ResumeF != nil {
+		ran, err := r.ResumeF(id)
+		if err != nil && !ran {
+			return nil, err
+		}
+		ferr = err
+	}
+	if err := r.transition(id, "paused", "running"); err != nil {
+		return nil, err
+	}
+	return &runtime.Handle{ID: id, Runtime: "fake", Addr: netip.MustParseAddr("127.0.0.1")}, ferr
+}
+
+// Features: the fake pretends to pause to disk and to take snapshots.
+func (r *Runtime) Features() runtime.Features {
+	return runtime.Features{PauseToDisk: true}
+}
+
+// Snapshot records snapID for a running sandbox.
+func (r *Runtime) Snapshot(ctx context.Context, id, snapID string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sandbox[id] != "running" {
+		return fmt.Errorf("fake sandbox %s is %q: %w", id, r.sandbox[id], errdefs.ErrFailedPrecondition)
+	}
+	r.snaps[snapID] = r.tokens[id]
+	return nil
+}
+
+// DeleteSnapshot forgets snapID.
+func (r *Runtime) DeleteSnapshot(ctx context.Context, snapID string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.snaps, snapID)
+	return nil
+}
+
+// HasSnapshot reports whether snapID exists.
+func (r *Runtime) HasSnapshot(snapID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.snaps[snapID]
+	return ok
+}
+
+// InitCount is how many /init calls envd of id accepted.
+func (r *Runtime) InitCount(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.initCount[id]
 }
 
 func (r *Runtime) transition(id, from, to string) error {
@@ -185,7 +261,8 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 	for _, id := range live {
 		if _, ok := r.sandbox[id]; ok {
 			keep[id] = true
-			out = append(out, &runtime.Handle{ID: id, Runtime: "fake", Addr: netip.MustParseAddr("127.0.0.1")})
+			out = append(out, &runtime.Handle{ID: id, Runtime: "fake", Addr: netip.MustParseAddr("127.0.0.1"),
+				Paused: r.sandbox[id] == "paused"})
 		}
 	}
 	for id := range r.sandbox {

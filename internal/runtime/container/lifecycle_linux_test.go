@@ -67,8 +67,12 @@ func TestLifecycle(t *testing.T) {
 			if !r.Alive(ctx, h.ID) {
 				t.Error("paused sandbox not alive")
 			}
-			if err := r.Resume(ctx, h.ID); err != nil {
+			h2, err := r.Resume(ctx, h.ID)
+			if err != nil {
 				t.Fatal(err)
+			}
+			if h2.Addr != h.Addr || h2.PID != h.PID || h2.Paused {
+				t.Errorf("resume changed the handle: %+v → %+v", h, h2)
 			}
 			if code, _, err := get(h, "health", nil, 2*time.Second); err != nil || code != 204 {
 				t.Fatalf("health after resume: %d, %v", code, err)
@@ -130,6 +134,10 @@ func TestRecover(t *testing.T) {
 	r1 := newTestRuntime(t, "")
 	ctx := context.Background()
 	keep := create(t, r1, runtime.Spec{})
+	frozen := create(t, r1, runtime.Spec{})
+	if err := r1.Pause(ctx, frozen.ID); err != nil {
+		t.Fatal(err)
+	}
 	orphan := create(t, r1, runtime.Spec{})
 	// A leftover directory with a mounted overlay and no container.
 	stray := newID()
@@ -149,13 +157,27 @@ func TestRecover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs, err := r2.Recover(ctx, []string{keep.ID, stray})
+	hs, err := r2.Recover(ctx, []string{keep.ID, frozen.ID, stray})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(hs) != 1 || hs[0].ID != keep.ID || hs[0].Addr != keep.Addr || hs[0].PID != keep.PID {
-		t.Fatalf("recovered %+v, want %+v", hs, keep)
+	got := map[string]*runtime.Handle{}
+	for _, h := range hs {
+		got[h.ID] = h
 	}
+	if h := got[keep.ID]; len(hs) != 2 || h == nil || h.Addr != keep.Addr || h.PID != keep.PID || h.Paused {
+		t.Fatalf("recovered %+v, want %+v running", hs, keep)
+	}
+	if h := got[frozen.ID]; h == nil || !h.Paused {
+		t.Fatalf("paused sandbox recovered as %+v", h)
+	}
+	if _, err := r2.Resume(ctx, frozen.ID); err != nil {
+		t.Fatalf("resume after recover: %v", err)
+	}
+	if code, _, err := get(frozen, "health", nil, 2*time.Second); err != nil || code != 204 {
+		t.Fatalf("resumed sandbox: %d, %v", code, err)
+	}
+	killAndCheck(t, r2, frozen)
 	assertGone(t, r2, orphan.ID, orphan.PID)
 	assertGone(t, r2, stray, 0)
 	if code, _, err := get(keep, "health", nil, 2*time.Second); err != nil || code != 204 {

@@ -27,6 +27,7 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 		return nil, fmt.Errorf("recover: %w", err)
 	}
 	kept := map[string]int{} // id → pid
+	paused := map[string]bool{}
 	orphans := map[string]bool{}
 	for _, st := range states {
 		id, ok := strings.CutPrefix(st.ID, "moat-")
@@ -35,6 +36,7 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 		}
 		if want[id] && (st.Status == "running" || st.Status == "paused") {
 			kept[id] = st.PID
+			paused[id] = st.Status == "paused"
 			continue
 		}
 		orphans[id] = true
@@ -69,7 +71,7 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 			errs = append(errs, fmt.Errorf("recover sandbox %s: no network, removing it", id), r.Kill(ctx, id))
 			continue
 		}
-		h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: kept[id]}
+		h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: kept[id], Paused: paused[id]}
 		b := r.boxes.Get(id)
 		b.mu.Lock()
 		b.handle, b.created = h, true

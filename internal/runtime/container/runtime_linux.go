@@ -142,6 +142,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	if err := validID(spec.ID); err != nil {
 		return nil, err
 	}
+	if spec.Snapshot != "" {
+		return nil, fmt.Errorf("sandbox %s: starting from a snapshot needs the vm runtime: %w", spec.ID, errdefs.ErrNotImplemented)
+	}
 	if fi, err := os.Stat(filepath.Join(spec.RootfsDir, "usr/local/bin/envd")); err != nil || fi.IsDir() {
 		return nil, fmt.Errorf("sandbox %s: template rootfs %q has no /usr/local/bin/envd: %w", spec.ID, spec.RootfsDir, errdefs.ErrInvalidArgument)
 	}
@@ -304,13 +307,29 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	return nil
 }
 
-// Resume implements runtime.Runtime.
-func (r *Runtime) Resume(ctx context.Context, id string) error {
+// Resume implements runtime.Runtime; the handle does not change.
+func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error) {
 	if _, err := r.oci.run(ctx, "resume", r.containerName(id)); err != nil {
-		return fmt.Errorf("resume sandbox %s: %w", id, err)
+		return nil, fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
-	return nil
+	b, ok := r.boxes.Lookup(id)
+	if !ok {
+		return nil, fmt.Errorf("resume sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.handle == nil {
+		return nil, fmt.Errorf("resume sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	h := *b.handle
+	h.Paused = false
+	return &h, nil
 }
+
+// Features implements runtime.Runtime: CRIU cannot checkpoint on this
+// host's kernel, so a pause is the cgroup freezer (memory stays resident)
+// and there are no snapshots (no runtime.Snapshotter).
+func (r *Runtime) Features() runtime.Features { return runtime.Features{} }
 
 // Alive implements runtime.Runtime: the container is running or paused.
 func (r *Runtime) Alive(ctx context.Context, id string) bool {

@@ -1,13 +1,18 @@
 // Package vm is the microVM backend of the Runtime interface: every sandbox
-// is a QEMU microvm with its own Linux kernel, restored copy-on-write from a
-// snapshot of its template taken right after envd first answered.
+// is a QEMU microvm with its own Linux kernel, restored from a snapshot of
+// its template taken right after envd first answered (or from a snapshot of
+// another sandbox, see Runtime.Snapshot). A sandbox's RAM is its own sparse
+// copy of the snapshot's memory file, mapped shared, so that Pause only has
+// to save the device state next to it and can end QEMU.
 //
 // Files under <DataDir>/vm:
 //
 //	kernel/<version>-<hash>/{vmlinuz,initramfs.cpio}  guest kernel + initramfs (moat-vminit, virtio modules)
 //	templates/<name>-<stamp>/rootfs.ext4              read-only base disk built from the template rootfs
 //	templates/<name>-<stamp>/snap-<hash>/             disk.qcow2 (guest disk at snapshot), mem (guest RAM), state (devices), meta
-//	sandboxes/<id>/                                   disk.qcow2 overlay, qmp.sock, console.log, pid
+//	sandboxes/<id>/                                   mem (guest RAM), disk.qcow2 (overlay of the template's disk), meta.json,
+//	                                                  state (only while paused), qmp.sock, console.log, pid
+//	snapshots/<id>/                                   mem, state, disk.qcow2, meta.json of Runtime.Snapshot
 //
 // A snapshot fixes the guest's memory size and vCPU count, so snapshots are
 // cached per (template build, memory, vCPUs, kernel, accelerator). Every

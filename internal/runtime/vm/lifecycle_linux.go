@@ -40,16 +40,22 @@ func withDefaults(spec runtime.Spec) runtime.Spec {
 
 // Create implements runtime.Runtime: it restores the template's snapshot
 // (taking it first if there is none for this template build, memory size and
-// vCPU count) into a new QEMU with a private copy-on-write view of the
-// snapshot's memory and a qcow2 overlay of its disk, then waits for envd.
-// Spec.DiskMiB and Spec.Pids are not enforced per sandbox (the disk size is
-// the template image's; processes are limited by guest memory).
+// vCPU count), or the snapshot Spec.Snapshot taken by Runtime.Snapshot, into
+// a new QEMU whose RAM is the sandbox's own sparse copy of the snapshot's
+// memory file, with a qcow2 overlay of the template's disk, then waits for
+// envd. Spec.DiskMiB and Spec.Pids are not enforced per sandbox (the disk
+// size is the template image's; processes are limited by guest memory).
+// A sandbox from a snapshot gets the snapshot's vCPUs and memory size.
+// Errors: ErrAlreadyExists (id in use), ErrNotFound (no such snapshot),
+// ErrFailedPrecondition (snapshot taken with another kernel or accelerator).
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Handle, retErr error) {
 	if err := validID(spec.ID); err != nil {
 		return nil, err
 	}
-	if fi, err := os.Stat(filepath.Join(spec.RootfsDir, "usr/local/bin/envd")); err != nil || fi.IsDir() {
-		return nil, fmt.Errorf("sandbox %s: template rootfs %q has no /usr/local/bin/envd: %w", spec.ID, spec.RootfsDir, errdefs.ErrInvalidArgument)
+	if spec.Snapshot == "" {
+		if fi, err := os.Stat(filepath.Join(spec.RootfsDir, "usr/local/bin/envd")); err != nil || fi.IsDir() {
+			return nil, fmt.Errorf("sandbox %s: template rootfs %q has no /usr/local/bin/envd: %w", spec.ID, spec.RootfsDir, errdefs.ErrInvalidArgument)
+		}
 	}
 	spec = withDefaults(spec)
 	id := spec.ID
@@ -67,7 +73,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 		}
 	}()
 	start := time.Now()
-	snap, err := r.ensureSnapshot(ctx, spec)
+	snap, err := r.sourceSnapshot(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
@@ -77,42 +83,51 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 		return nil, err
 	}
 	b.handle, b.created = h, true
-	r.log.InfoContext(ctx, "sandbox created", "sandbox", id, "addr", h.Addr, "pid", h.PID, "accel", snap.Accel,
+	from := "template"
+	if spec.Snapshot != "" {
+		from = "snapshot " + spec.Snapshot
+	}
+	r.log.InfoContext(ctx, "sandbox created", "sandbox", id, "from", from, "addr", h.Addr, "pid", h.PID, "accel", snap.Accel,
 		"took", time.Since(start).Round(time.Millisecond), "snapshot", snapped.Sub(start).Round(time.Millisecond),
-		"launch", tm.launched.Sub(snapped).Round(time.Millisecond), "restore", tm.restored.Sub(tm.launched).Round(time.Millisecond),
+		"copy", tm.copied.Sub(snapped).Round(time.Millisecond), "mem_data_mib", tm.memData>>20,
+		"launch", tm.launched.Sub(tm.copied).Round(time.Millisecond), "restore", tm.restored.Sub(tm.launched).Round(time.Millisecond),
 		"envd", time.Since(tm.restored).Round(time.Millisecond))
 	return h, nil
 }
 
-// restoreTimes are the milestones of a restore, for the log.
-type restoreTimes struct{ launched, restored time.Time }
+// sourceSnapshot is what spec restores: its Snapshot, else its template's.
+func (r *Runtime) sourceSnapshot(ctx context.Context, spec runtime.Spec) (*snapshot, error) {
+	if spec.Snapshot != "" {
+		return r.loadSnapshot(ctx, spec.Snapshot)
+	}
+	return r.ensureSnapshot(ctx, spec)
+}
 
-// restore gives sandbox spec.ID its overlay disk, network and QEMU, loads
-// snap into it and waits for envd and the guest's restore marker. Undos go
-// onto b.undo; b.mu is held.
+// restoreTimes are the milestones of a restore, for the log.
+type restoreTimes struct {
+	copied, launched, restored time.Time
+	memData                    int64 // bytes of memory file data copied
+}
+
+// restore gives sandbox spec.ID its files, network and QEMU, loads snap
+// into it and waits for envd and the guest's restore marker. Undos go onto
+// b.undo; b.mu is held.
 func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot, b *sandbox) (*runtime.Handle, restoreTimes, error) {
 	var tm restoreTimes
 	id := spec.ID
 	dir := r.sandboxDir(id)
-	if _, err := os.Stat(dir); err == nil {
-		return nil, tm, fmt.Errorf("sandbox %s: %s exists: %w", id, dir, errdefs.ErrAlreadyExists)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	meta, err := r.prepareDir(ctx, spec, snap, dir, b, &tm)
+	if err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	b.undo.Push(func() error { return os.RemoveAll(dir) })
-	if err := qcow2Overlay(ctx, snap.disk(), "qcow2", filepath.Join(dir, "disk.qcow2")); err != nil {
-		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
-	}
+	tm.copied = time.Now()
 	n, err := r.net.Setup(ctx, id, spec.AllowInternet)
 	if err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	b.undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
-	m := r.machineFor("moat-"+id, dir, snap)
-	m.Disk, m.Incoming = filepath.Join(dir, "disk.qcow2"), true
-	lim := &cgroups.Limits{MemoryBytes: int64(spec.MemoryMiB+qemuOverheadMiB) << 20, Pids: qemuPids, CPUs: spec.VCPUs}
-	p, c, err := r.launch(ctx, r.cgroupPath(id), n, m, lim, &b.undo)
+	m := r.sandboxMachine(id, meta)
+	p, c, err := r.launch(ctx, r.cgroupPath(id), n, m, limitsFor(meta), &b.undo)
 	if err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
@@ -134,6 +149,54 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	return h, tm, nil
+}
+
+// prepareDir creates the sandbox directory with its own copy of snap's
+// memory file, its disk (an overlay of the template's disk) and meta.json.
+func (r *Runtime) prepareDir(ctx context.Context, spec runtime.Spec, snap *snapshot, dir string, b *sandbox, tm *restoreTimes) (*vmMeta, error) {
+	if _, err := os.Stat(dir); err == nil {
+		return nil, fmt.Errorf("%s exists: %w", dir, errdefs.ErrAlreadyExists)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	b.undo.Push(func() error { return os.RemoveAll(dir) })
+	n, err := sparseCopy(snap.mem(), filepath.Join(dir, "mem"))
+	if err != nil {
+		return nil, err
+	}
+	tm.memData = n
+	disk := filepath.Join(dir, "disk.qcow2")
+	if snap.Fork {
+		// The snapshot's disk is an overlay of the template's disk: a copy
+		// of it keeps that backing file, and the sandbox does not depend
+		// on the snapshot once created (DeleteSnapshot may remove it).
+		_, err = sparseCopy(snap.disk(), disk)
+	} else {
+		err = qcow2Overlay(ctx, snap.disk(), "qcow2", disk)
+	}
+	if err != nil {
+		return nil, err
+	}
+	meta := metaOf(snap)
+	meta.Source, meta.AllowInternet = snap.Dir, spec.AllowInternet
+	if err := writeMeta(dir, meta); err != nil {
+		return nil, err
+	}
+	return meta, nil
+}
+
+// sandboxMachine is the QEMU of sandbox id restoring into its own files.
+func (r *Runtime) sandboxMachine(id string, meta *vmMeta) *machine {
+	dir := r.sandboxDir(id)
+	m := r.machineFor("moat-"+id, dir, meta.snapshotOf(dir))
+	m.Disk, m.MemPath, m.MemShared, m.Incoming = filepath.Join(dir, "disk.qcow2"), filepath.Join(dir, "mem"), true, true
+	return m
+}
+
+// limitsFor are the cgroup limits of a sandbox's QEMU.
+func limitsFor(meta *vmMeta) *cgroups.Limits {
+	return &cgroups.Limits{MemoryBytes: int64(meta.MemMiB+qemuOverheadMiB) << 20, Pids: qemuPids, CPUs: meta.VCPUs}
 }
 
 // machineFor is the QEMU layout shared by a snapshot and its restores.
@@ -214,7 +277,7 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 		r.pushAll(ctx, id, b)
 	}
 	err := b.undo.Run()
-	b.created, b.proc, b.qmp = false, nil, nil
+	b.created, b.paused, b.proc, b.qmp = false, false, nil, nil
 	r.boxes.Forget(id, b)
 	if err != nil {
 		return fmt.Errorf("kill sandbox %s: %w", id, err)
@@ -252,58 +315,34 @@ func (r *Runtime) pushAll(ctx context.Context, id string, b *sandbox) {
 	})
 }
 
-// client returns the sandbox's QMP connection, dialling it for adopted VMs.
-func (r *Runtime) client(ctx context.Context, id string) (*sandbox, *qmp.Client, error) {
-	b, ok := r.boxes.Lookup(id)
-	if !ok {
-		return nil, nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
+// client returns the sandbox's QMP connection, dialling it for adopted
+// VMs; b.mu is held.
+func (r *Runtime) client(ctx context.Context, id string, b *sandbox) (*qmp.Client, error) {
 	if b.qmp == nil {
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		c, err := qmp.Dial(dctx, filepath.Join(r.sandboxDir(id), "qmp.sock"))
 		if err != nil {
-			return nil, nil, fmt.Errorf("sandbox %s: %w", id, err)
+			return nil, fmt.Errorf("sandbox %s: %w", id, err)
 		}
 		b.qmp = c
 	}
-	return b, b.qmp, nil
+	return b.qmp, nil
 }
 
-// Pause implements runtime.Runtime: the vCPUs stop (QMP stop); memory stays
-// resident. Pause-to-disk is not implemented yet.
-func (r *Runtime) Pause(ctx context.Context, id string) error { return r.runState(ctx, id, "stop") }
-
-// Resume implements runtime.Runtime (QMP cont).
-func (r *Runtime) Resume(ctx context.Context, id string) error { return r.runState(ctx, id, "cont") }
-
-func (r *Runtime) runState(ctx context.Context, id, cmd string) error {
-	if err := validID(id); err != nil {
-		return err
-	}
-	b, ok := r.boxes.Lookup(id)
-	if !ok {
-		return fmt.Errorf("%s sandbox %s: %w", cmd, id, errdefs.ErrNotFound)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.created {
-		return fmt.Errorf("%s sandbox %s: %w", cmd, id, errdefs.ErrNotFound)
-	}
-	_, c, err := r.client(ctx, id)
-	if err != nil {
-		return err
-	}
-	if err := c.Execute(ctx, cmd, nil, nil); err != nil {
-		return fmt.Errorf("%s sandbox %s: %w", cmd, id, err)
-	}
-	return nil
-}
-
-// Stats implements runtime.Runtime from the QEMU process's cgroup.
+// Stats implements runtime.Runtime from the QEMU process's cgroup; a
+// sandbox paused to disk uses nothing (zero Stats).
 func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	if err := validID(id); err != nil {
 		return runtime.Stats{}, err
+	}
+	if b, ok := r.boxes.Lookup(id); ok {
+		b.mu.Lock()
+		paused := b.paused
+		b.mu.Unlock()
+		if paused {
+			return runtime.Stats{Time: time.Now()}, nil
+		}
 	}
 	st, err := cgroups.ReadStats(r.cgroupPath(id))
 	if err != nil {
@@ -312,7 +351,8 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	return st, nil
 }
 
-// Alive implements runtime.Runtime: the QEMU process exists.
+// Alive implements runtime.Runtime: the QEMU process exists, or the
+// sandbox is paused and its saved state exists.
 func (r *Runtime) Alive(ctx context.Context, id string) bool {
 	b, ok := r.boxes.Lookup(id)
 	if !ok {
@@ -320,5 +360,9 @@ func (r *Runtime) Alive(ctx context.Context, id string) bool {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.paused {
+		_, err := os.Stat(r.statePath(id))
+		return b.created && err == nil
+	}
 	return b.created && b.proc != nil && b.proc.alive()
 }

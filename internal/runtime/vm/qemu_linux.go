@@ -29,7 +29,7 @@ type machine struct {
 	Initramfs string
 	Disk      string // qcow2
 	MemPath   string // memory-backend-file
-	MemShared bool   // share=on (template boot) or a private copy-on-write mapping
+	MemShared bool   // share=on: guest RAM lives in MemPath (else a private copy-on-write mapping of it)
 	QMP       string // unix socket
 	Console   string // serial output file
 	PidFile   string
@@ -81,7 +81,9 @@ func (m *machine) args() []string {
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 	}
 	if m.Incoming {
-		a = append(a, "-incoming", "defer")
+		// -S: the guest stays stopped after the state is loaded until
+		// `cont`, whatever the saved run state says.
+		a = append(a, "-S", "-incoming", "defer")
 	}
 	return a
 }

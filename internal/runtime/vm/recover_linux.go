@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/moatsh/moat/internal/cgroups"
+	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
 )
 
@@ -36,8 +38,10 @@ func adoptProc(dir string) *proc {
 }
 
 // Recover implements runtime.Runtime: it adopts the QEMU processes of live
-// sandboxes and removes everything of any other sandbox, unfinished
-// template snapshots and stray cgroups.
+// sandboxes, registers live sandboxes paused to disk (also those whose
+// pause or resume a crash cut short, see pause_linux.go) and removes
+// everything of any other sandbox, unfinished template snapshots and
+// snapshots, and stray cgroups.
 func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle, error) {
 	errs := []error{r.net.Recover(ctx, live)}
 	isLive := map[string]bool{}
@@ -56,9 +60,13 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 			continue
 		}
 		seen[id] = true
-		if h := r.adopt(id, isLive[id]); h != nil {
-			out = append(out, h)
-			continue
+		if isLive[id] {
+			h, err := r.recoverLive(ctx, id)
+			errs = append(errs, err)
+			if h != nil {
+				out = append(out, h)
+				continue
+			}
 		}
 		r.log.InfoContext(ctx, "removing orphaned sandbox", "sandbox", id)
 		errs = append(errs, r.Kill(ctx, id))
@@ -67,24 +75,94 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 	return out, errors.Join(errs...)
 }
 
-// adopt registers a live sandbox whose QEMU and network still exist.
-func (r *Runtime) adopt(id string, live bool) *runtime.Handle {
-	if !live {
+// recoverLive decides what live sandbox id is after a restart: a saved
+// state file means paused (a QEMU still running on it quits), else a QEMU
+// that runs, or that a crash left stopped mid-pause or mid-snapshot, is
+// continued and adopted. nil means nothing usable is left.
+func (r *Runtime) recoverLive(ctx context.Context, id string) (*runtime.Handle, error) {
+	dir := r.sandboxDir(id)
+	_, serr := os.Stat(r.statePath(id))
+	hasState := serr == nil
+	_ = os.Remove(filepath.Join(dir, "state.tmp"))
+	p := adoptProc(dir)
+	switch {
+	case hasState:
+		if _, err := readMeta(dir); err != nil {
+			return nil, fmt.Errorf("recover sandbox %s: paused but %w", id, err)
+		}
+		var errs []error
+		if p != nil { // the pause was complete, or a resume had not yet used the state
+			c := dialQMP(ctx, dir, time.Second)
+			errs = append(errs, p.stop(ctx, c))
+			if c != nil {
+				c.Close()
+			}
+		}
+		errs = append(errs, r.net.Teardown(ctx, id), cgroups.Remove(r.cgroupPath(id)))
+		return r.adoptPaused(id), errors.Join(errs...)
+	case p != nil:
+		return r.adoptRunning(ctx, id, p)
+	}
+	return nil, nil
+}
+
+// dialQMP connects to the QMP socket in dir, or returns nil.
+func dialQMP(ctx context.Context, dir string, timeout time.Duration) *qmp.Client {
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, err := qmp.Dial(dctx, filepath.Join(dir, "qmp.sock"))
+	if err != nil {
 		return nil
 	}
-	p := adoptProc(r.sandboxDir(id))
+	return c
+}
+
+// adoptPaused registers sandbox id as paused to disk.
+func (r *Runtime) adoptPaused(id string) *runtime.Handle {
+	b := r.boxes.Get(id)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.proc, b.qmp = nil, nil
+	b.handle = &runtime.Handle{ID: id, Runtime: Name, Paused: true}
+	b.created, b.paused = true, true
+	r.pushAll(context.Background(), id, b)
+	return b.handle
+}
+
+// adoptRunning registers a live sandbox whose QEMU p and network still
+// exist. A guest that a crash left stopped by a pause or snapshot that had
+// not committed continues, with its link up again.
+func (r *Runtime) adoptRunning(ctx context.Context, id string, p *proc) (*runtime.Handle, error) {
 	n, ok := r.net.Lookup(id)
-	if p == nil || !ok {
-		return nil
+	if !ok {
+		return nil, nil
+	}
+	c := dialQMP(ctx, r.sandboxDir(id), 2*time.Second)
+	if c != nil {
+		st, err := vmStatus(ctx, c)
+		switch {
+		case err != nil:
+		case st == "paused" || st == "postmigrate":
+			err = errors.Join(c.Execute(ctx, "cont", nil, nil), setLink(ctx, c, true))
+			if err == nil {
+				r.log.InfoContext(ctx, "continued a sandbox stopped by an unfinished pause or snapshot", "sandbox", id)
+			}
+		case st != "running":
+			err = fmt.Errorf("vm status %q", st)
+		}
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("recover sandbox %s: %w", id, err)
+		}
 	}
 	b := r.boxes.Get(id)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.proc = p
+	b.proc, b.qmp = p, c
 	b.handle = &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: p.pid}
 	b.created = true
 	r.pushAll(context.Background(), id, b)
-	return b.handle
+	return b.handle, nil
 }
 
 func (r *Runtime) removeStrayCgroups(live, seen map[string]bool) error {
@@ -104,10 +182,17 @@ func (r *Runtime) removeStrayCgroups(live, seen map[string]bool) error {
 	return errors.Join(errs...)
 }
 
-// removeUnfinishedSnapshots kills template boots cut short by a restart.
+// removeUnfinishedSnapshots kills template boots cut short by a restart
+// and removes snapshots whose Snapshot never completed.
 func (r *Runtime) removeUnfinishedSnapshots() error {
-	dirs, _ := filepath.Glob(filepath.Join(r.dir, "templates", "*", "snap-*"))
 	var errs []error
+	tmps, _ := filepath.Glob(filepath.Join(r.dir, "snapshots", "*.tmp"))
+	for _, d := range tmps {
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", d, err))
+		}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(r.dir, "templates", "*", "snap-*"))
 	for _, d := range dirs {
 		if _, err := os.Stat(filepath.Join(d, readyFile)); err == nil {
 			continue

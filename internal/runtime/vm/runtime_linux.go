@@ -26,7 +26,10 @@ const Name = "vm"
 // envdPort is where envd listens inside the guest.
 const envdPort = 49983
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime     = (*Runtime)(nil)
+	_ runtime.Snapshotter = (*Runtime)(nil)
+)
 
 func init() {
 	runtime.Register(Name, func(ctx context.Context, cfg runtime.Config) (runtime.Runtime, error) {
@@ -98,6 +101,7 @@ type sandbox struct {
 	proc    *proc       // guarded by mu
 	qmp     *qmp.Client // guarded by mu; nil for adopted VMs until needed
 	created bool        // guarded by mu
+	paused  bool        // guarded by mu; saved to <dir>/state, no QEMU, network or cgroup
 }
 
 // New checks the host and installs the network policy. The guest kernel,
@@ -138,7 +142,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	}
 	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, tscKHz: hostTSCkHz(),
 		snapLocks: map[string]*sync.Mutex{}}
-	for _, d := range []string{"kernel", "templates", "sandboxes"} {
+	for _, d := range []string{"kernel", "templates", "sandboxes", "snapshots"} {
 		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("vm runtime: %w", err)
 		}
@@ -155,8 +159,10 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 // Name implements runtime.Runtime.
 func (r *Runtime) Name() string { return Name }
 
-func (r *Runtime) sandboxDir(id string) string { return filepath.Join(r.dir, "sandboxes", id) }
-func (r *Runtime) cgroupPath(id string) string { return r.o.cgroupParent + "/" + id }
+func (r *Runtime) sandboxDir(id string) string  { return filepath.Join(r.dir, "sandboxes", id) }
+func (r *Runtime) cgroupPath(id string) string  { return r.o.cgroupParent + "/" + id }
+func (r *Runtime) statePath(id string) string   { return filepath.Join(r.sandboxDir(id), "state") }
+func (r *Runtime) snapshotDir(id string) string { return filepath.Join(r.dir, "snapshots", id) }
 
 // waitHealth polls envd's /health at addr until it answers 204.
 func waitHealth(ctx context.Context, addr string, timeout time.Duration) error {

@@ -16,13 +16,18 @@ import (
 	"github.com/moatsh/moat/internal/runtime"
 )
 
-// snapshot is a template booted once and frozen right after envd answered.
+// snapshot is a template booted once and frozen right after envd answered,
+// or a sandbox saved by Runtime.Snapshot (Fork).
 type snapshot struct {
-	Dir    string // disk.qcow2, mem, state
-	Boot   *bootFiles
-	Accel  string
-	VCPUs  int
-	MemMiB int
+	Dir      string // disk.qcow2, mem, state
+	Boot     *bootFiles
+	Accel    string
+	VCPUs    int
+	MemMiB   int
+	Template string // template build key
+	// Fork: disk.qcow2 is a sandbox's own overlay (over its template's
+	// disk), which restores copy instead of layering another overlay on it.
+	Fork bool
 }
 
 func (s *snapshot) disk() string  { return filepath.Join(s.Dir, "disk.qcow2") }
@@ -135,6 +140,15 @@ func saveState(ctx context.Context, c *qmp.Client, path string) error {
 
 // loadState feeds path to a QEMU started with -incoming defer and resumes it.
 func loadState(ctx context.Context, c *qmp.Client, path string) error {
+	if err := incoming(ctx, c, path); err != nil {
+		return err
+	}
+	return c.Execute(ctx, "cont", nil, nil)
+}
+
+// incoming feeds path to a QEMU started with -incoming defer -S and waits
+// until the device state is loaded; the guest stays stopped.
+func incoming(ctx context.Context, c *qmp.Client, path string) error {
 	if err := setIgnoreShared(ctx, c); err != nil {
 		return err
 	}
@@ -150,25 +164,32 @@ func loadState(ctx context.Context, c *qmp.Client, path string) error {
 		return err
 	}
 	for {
-		var st struct {
-			Status string `json:"status"`
-		}
-		if err := c.Execute(ctx, "query-status", nil, &st); err != nil {
+		st, err := vmStatus(ctx, c)
+		if err != nil {
 			return err
 		}
-		switch st.Status {
+		switch st {
 		case "inmigrate":
 		case "paused", "postmigrate", "prelaunch":
-			return c.Execute(ctx, "cont", nil, nil)
-		case "running":
 			return nil
 		default:
-			return fmt.Errorf("restore: vm status %q", st.Status)
+			return fmt.Errorf("restore: vm status %q", st)
 		}
 		if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
 			return fmt.Errorf("restore: %w", err)
 		}
 	}
+}
+
+// vmStatus is QEMU's run state ("running", "paused", "postmigrate", …).
+func vmStatus(ctx context.Context, c *qmp.Client) (string, error) {
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := c.Execute(ctx, "query-status", nil, &st); err != nil {
+		return "", err
+	}
+	return st.Status, nil
 }
 
 // setLink raises or cuts the guest's network link. The template is
@@ -180,16 +201,31 @@ func setLink(ctx context.Context, c *qmp.Client, up bool) error {
 
 // waitConsole polls the guest's serial output until it contains marker.
 func waitConsole(ctx context.Context, path, marker string, timeout time.Duration) error {
+	return waitConsoleFrom(ctx, path, 0, marker, timeout)
+}
+
+// waitConsoleFrom is waitConsole for output after the first from bytes
+// (consoleSize before the event that prints marker).
+func waitConsoleFrom(ctx context.Context, path string, from int64, marker string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
-		if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), marker) {
+		if b, err := os.ReadFile(path); err == nil && int64(len(b)) > from && strings.Contains(string(b[from:]), marker) {
 			return nil
 		}
 		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
 			return fmt.Errorf("console never showed %q: %w (console: %q)", marker, err, tail(path, 1024))
 		}
 	}
+}
+
+// consoleSize is the length of the guest's serial output so far.
+func consoleSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
 }
 
 func setIgnoreShared(ctx context.Context, c *qmp.Client) error {

@@ -59,14 +59,15 @@ func (r *Runtime) ensureSnapshot(ctx context.Context, spec runtime.Spec) (*snaps
 	if err != nil {
 		return nil, err
 	}
-	tdir := filepath.Join(r.dir, "templates", templateKey(spec))
+	key := templateKey(spec)
+	tdir := filepath.Join(r.dir, "templates", key)
 	// Everything a restore must match, the kernel command line included,
 	// names the snapshot (short: the QMP socket path inside has to stay
 	// under 108 bytes); meta spells it out.
 	meta := fmt.Sprintf("memory %d MiB\nvcpus %d\naccel %s\nboot %s %s\ncmdline %s\n", spec.MemoryMiB, spec.VCPUs,
 		accel, bf.Version, bf.Key, (&machine{TSCkHz: r.tscKHz}).kernelArgs())
 	sum := sha256.Sum256([]byte(meta))
-	s := &snapshot{Boot: bf, Accel: accel, VCPUs: spec.VCPUs, MemMiB: spec.MemoryMiB,
+	s := &snapshot{Boot: bf, Accel: accel, VCPUs: spec.VCPUs, MemMiB: spec.MemoryMiB, Template: key,
 		Dir: filepath.Join(tdir, "snap-"+hex.EncodeToString(sum[:])[:12])}
 	mu := r.snapLock(s.Dir)
 	mu.Lock()

@@ -23,7 +23,8 @@ func TestMachineArgs(t *testing.T) {
 			want: []string{"-accel tcg,tb-size=128 -cpu max", "share=on", "-M microvm,memory-backend=mem0", "tsc_early_khz=2096007",
 				"-no-reboot", "reboot=t", "spawn=deny", "ifname=tap0", "mac=" + guestMAC, "-smp 2 -m 256"},
 			notWant: []string{"-incoming"}},
-		{name: "restore", mod: func(m *machine) { m.Incoming = true }, want: []string{"share=off", "-incoming defer"}},
+		{name: "restore", mod: func(m *machine) { m.Incoming, m.MemShared = true, true }, want: []string{"share=on", "-S -incoming defer"}},
+		{name: "private memory", mod: func(m *machine) {}, want: []string{"share=off"}},
 		{name: "kvm", mod: func(m *machine) { m.Accel = "kvm" }, want: []string{"-accel kvm -cpu host"}, notWant: []string{"tb-size"}},
 		{name: "no tsc", mod: func(m *machine) { m.TSCkHz = 0 }, notWant: []string{"tsc_early_khz"}},
 	} {

@@ -90,7 +90,7 @@ func setupTestFiles(dir string) error {
 	if out, err := exec.Command("cp", bb, filepath.Join(root, "bin/busybox")).CombinedOutput(); err != nil {
 		return fmt.Errorf("copy busybox: %v: %s", err, out)
 	}
-	for _, a := range []string{"sh", "cat", "ls", "echo", "sleep", "uname", "true", "id", "ps", "touch", "sync", "date"} {
+	for _, a := range []string{"sh", "cat", "ls", "echo", "sleep", "uname", "true", "id", "ps", "touch", "sync", "date", "mkdir", "mount", "head", "yes"} {
 		if err := os.Symlink("busybox", filepath.Join(root, "bin", a)); err != nil {
 			return err
 		}
@@ -257,7 +257,7 @@ func TestCreateRunPauseKill(t *testing.T) {
 	if _, err := health(h, 500*time.Millisecond); err == nil {
 		t.Fatal("paused sandbox answered /health")
 	}
-	if err := r.Resume(context.Background(), h.ID); err != nil {
+	if h, err = r.Resume(context.Background(), h.ID); err != nil {
 		t.Fatal(err)
 	}
 	if code, err := health(h, 5*time.Second); err != nil || code != http.StatusNoContent {
@@ -336,10 +336,11 @@ func killAndCheck(t *testing.T, r *Runtime, h *runtime.Handle) {
 			t.Errorf("%s left behind", p)
 		}
 	}
-	for _, d := range cgroups.Dirs(r.cgroupPath(h.ID)) {
-		if _, err := os.Stat(d); err == nil {
-			t.Errorf("cgroup %s left behind", d)
-		}
+	if !cgroupGone(r, h.ID) {
+		t.Errorf("cgroup %s left behind", r.cgroupPath(h.ID))
+	}
+	if pids := qemuPIDs(r.sandboxDir(h.ID)); len(pids) > 0 {
+		t.Errorf("processes %v left behind", pids)
 	}
 }
 
@@ -347,6 +348,7 @@ func TestRecoverAdoptsLiveAndRemovesOthers(t *testing.T) {
 	r := testRuntime(t)
 	keep, drop := create(t, r), create(t, r)
 	// A second Runtime over the same data dir plays the restarted server.
+	dropQMP(r, keep.ID)
 	r2 := &Runtime{log: r.log, dir: r.dir, o: r.o, net: r.net, tscKHz: r.tscKHz,
 		snapLocks: map[string]*sync.Mutex{}}
 	hs, err := r2.Recover(context.Background(), []string{keep.ID})

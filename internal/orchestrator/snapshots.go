@@ -1,0 +1,146 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/store"
+)
+
+// Snapshot saves a running sandbox's memory and disk as a new snapshot
+// (named name when not empty) from which sandboxes can be created; the
+// sandbox keeps running. ErrNotImplemented when the runtime has none.
+func (o *Orchestrator) Snapshot(ctx context.Context, id, name string) (store.Snapshot, error) {
+	sn, err := o.snapshotter()
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	if name != "" {
+		if _, err := o.db.GetSnapshot(ctx, name); err == nil {
+			return store.Snapshot{}, fmt.Errorf("snapshot %q already exists: %w", name, errdefs.ErrConflict)
+		}
+	}
+	e, err := o.entryFor(id)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	defer e.op.Unlock()
+	sb := o.snapshot(e)
+	if sb.State != store.StateRunning {
+		return store.Snapshot{}, fmt.Errorf("sandbox %s cannot be snapshotted while in '%s' state: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	snap := store.Snapshot{ID: "snap" + randomID(16), Name: name, SandboxID: id, TemplateID: sb.TemplateID,
+		Alias: sb.Alias, Runtime: o.rt.Name(), CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
+		DiskSizeMB: sb.DiskSizeMB, EnvVars: sb.EnvVars, EnvdAccessToken: sb.EnvdAccessToken}
+	start := time.Now()
+	if err := sn.Snapshot(context.WithoutCancel(ctx), id, snap.ID); err != nil {
+		return store.Snapshot{}, fmt.Errorf("snapshot sandbox %s: %w", id, err)
+	}
+	snap.CreatedAt = time.Now().UTC()
+	if err := o.db.InsertSnapshot(context.WithoutCancel(ctx), snap); err != nil {
+		if derr := sn.DeleteSnapshot(context.WithoutCancel(ctx), snap.ID); derr != nil {
+			o.log.Error("remove unrecorded snapshot", "snapshotID", snap.ID, "err", derr)
+		}
+		if errors.Is(err, errdefs.ErrAlreadyExists) {
+			return store.Snapshot{}, fmt.Errorf("snapshot %q already exists: %w", name, errdefs.ErrConflict)
+		}
+		return store.Snapshot{}, err
+	}
+	o.log.Info("snapshot taken", "sandboxID", id, "snapshotID", snap.ID, "took", time.Since(start).Round(time.Millisecond))
+	return snap, nil
+}
+
+func (o *Orchestrator) snapshotter() (runtime.Snapshotter, error) {
+	sn, ok := o.rt.(runtime.Snapshotter)
+	if !ok {
+		return nil, fmt.Errorf("the %s runtime cannot snapshot sandboxes (use the vm runtime): %w",
+			o.rt.Name(), errdefs.ErrNotImplemented)
+	}
+	return sn, nil
+}
+
+// ListSnapshots returns snapshots newest first.
+func (o *Orchestrator) ListSnapshots(ctx context.Context, f store.SnapshotFilter) ([]store.Snapshot, error) {
+	return o.db.ListSnapshots(ctx, f)
+}
+
+// DeleteSnapshot removes a snapshot by ID or name; sandboxes created from it
+// are not affected. ErrNotFound when there is none.
+func (o *Orchestrator) DeleteSnapshot(ctx context.Context, ref string) error {
+	s, err := o.db.GetSnapshot(ctx, ref)
+	if err != nil {
+		return err
+	}
+	sn, err := o.snapshotter()
+	if err != nil {
+		return err
+	}
+	if err := sn.DeleteSnapshot(ctx, s.ID); err != nil {
+		return fmt.Errorf("delete snapshot %s: %w", s.ID, err)
+	}
+	if err := o.db.DeleteSnapshot(ctx, s.ID); err != nil {
+		return err
+	}
+	o.log.Info("snapshot deleted", "snapshotID", s.ID)
+	return nil
+}
+
+// MaxForks bounds one fork call (E2B's limit).
+const MaxForks = 100
+
+// forkParallel bounds how many forks start at once.
+const forkParallel = 4
+
+// ForkResult is the outcome of one fork: a sandbox or the error that
+// prevented it from starting.
+type ForkResult struct {
+	Sandbox store.Sandbox
+	Err     error
+}
+
+// Fork snapshots a running sandbox once (it keeps running) and starts count
+// sandboxes from that snapshot, each with the given timeout and the
+// source's settings; the snapshot is deleted afterwards. The error is set
+// only when no fork could be attempted.
+func (o *Orchestrator) Fork(ctx context.Context, id string, count int, timeout time.Duration) ([]ForkResult, error) {
+	if count < 1 || count > MaxForks {
+		return nil, fmt.Errorf("count must be between 1 and %d: %w", MaxForks, errdefs.ErrInvalidArgument)
+	}
+	if err := o.checkTimeout(timeout); err != nil {
+		return nil, err
+	}
+	src, err := o.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := o.Snapshot(ctx, id, "")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := o.DeleteSnapshot(context.WithoutCancel(ctx), snap.ID); err != nil {
+			o.log.Error("delete fork snapshot", "snapshotID", snap.ID, "err", err)
+		}
+	}()
+	req := CreateRequest{Template: snap.ID, Timeout: timeout, Metadata: src.Metadata, Secure: src.Secure,
+		AllowInternet: src.AllowInternet, AutoPause: src.AutoPause, AutoResume: src.AutoResume}
+	out := make([]ForkResult, count)
+	sem := make(chan struct{}, forkParallel)
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i].Sandbox, out[i].Err = o.Create(ctx, req)
+		}()
+	}
+	wg.Wait()
+	return out, nil
+}

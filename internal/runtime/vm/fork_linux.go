@@ -1,0 +1,166 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/qmp"
+)
+
+// A snapshot taken by Runtime.Snapshot lives in <DataDir>/vm/snapshots/<id>:
+// mem (a sparse copy of the sandbox's memory file), state (its device
+// state, saved with x-ignore-shared), disk.qcow2 (a copy of its overlay,
+// whose backing file is the template's disk) and meta.json. It is written
+// as <id>.tmp and renamed when complete; Recover removes leftover .tmp
+// directories. Sandboxes created from it copy mem and disk.qcow2, so they
+// do not depend on it afterwards.
+
+// Snapshot implements runtime.Snapshotter: the sandbox stops while its memory,
+// device state and disk are copied, then continues (its clock and CRNG are
+// renewed as after a restore). Errors: ErrInvalidArgument (ids),
+// ErrNotFound (sandbox), ErrFailedPrecondition (paused, or created by a
+// version without meta.json), ErrAlreadyExists (snapID). On error no
+// snapshot exists.
+func (r *Runtime) Snapshot(ctx context.Context, id, snapID string) (retErr error) {
+	if err := validID(snapID); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	b, err := r.lockBox(id, "snapshot")
+	if err != nil {
+		return err
+	}
+	defer b.mu.Unlock()
+	if b.paused {
+		return fmt.Errorf("snapshot sandbox %s: paused: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	dir := r.sandboxDir(id)
+	meta, err := readMeta(dir)
+	if err != nil {
+		return fmt.Errorf("snapshot sandbox %s: %v (created by an older version?): %w", id, err, errdefs.ErrFailedPrecondition)
+	}
+	final := r.snapshotDir(snapID)
+	tmp := final + ".tmp"
+	if _, err := os.Stat(final); err == nil {
+		return fmt.Errorf("snapshot %s: %w", snapID, errdefs.ErrAlreadyExists)
+	}
+	if err := os.Mkdir(tmp, 0o700); err != nil { // claims snapID against concurrent Snapshots
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("snapshot %s: being taken: %w", snapID, errdefs.ErrAlreadyExists)
+		}
+		return fmt.Errorf("snapshot %s: %w", snapID, err)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
+	c, err := r.client(ctx, id, b)
+	if err != nil {
+		return fmt.Errorf("snapshot sandbox %s: %w", id, err)
+	}
+	start := time.Now()
+	data, err := r.copyStopped(ctx, c, dir, tmp)
+	stopped := time.Since(start)
+	if terr := r.thaw(ctx, c, filepath.Join(dir, "console.log"), true); terr != nil {
+		err = errors.Join(err, fmt.Errorf("continue sandbox: %w", terr))
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot sandbox %s as %s: %w", id, snapID, err)
+	}
+	meta.Source, meta.AllowInternet, meta.Created = id, false, time.Now().UTC()
+	if err := commitSnapshot(tmp, final, meta); err != nil {
+		return fmt.Errorf("snapshot sandbox %s as %s: %w", id, snapID, err)
+	}
+	r.log.InfoContext(ctx, "snapshot taken", "sandbox", id, "snapshot", snapID, "stopped", stopped.Round(time.Millisecond),
+		"took", time.Since(start).Round(time.Millisecond), "mem_data_mib", data>>20)
+	return nil
+}
+
+// copyStopped freezes the guest and copies its device state, memory and
+// disk into dst. The copies need not be durable yet: they do not change
+// once the guest runs again.
+func (r *Runtime) copyStopped(ctx context.Context, c *qmp.Client, dir, dst string) (int64, error) {
+	if err := r.freeze(ctx, c, filepath.Join(dir, "console.log"), filepath.Join(dst, "state")); err != nil {
+		return 0, err
+	}
+	n, err := sparseCopy(filepath.Join(dir, "mem"), filepath.Join(dst, "mem"))
+	if err != nil {
+		return 0, err
+	}
+	// The migration inactivated the disk, so its qcow2 metadata is written
+	// out; its backing file (the template's disk) stays where it is.
+	if _, err := sparseCopy(filepath.Join(dir, "disk.qcow2"), filepath.Join(dst, "disk.qcow2")); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// commitSnapshot makes the snapshot in tmp durable and renames it to final.
+func commitSnapshot(tmp, final string, meta *vmMeta) error {
+	if err := writeMeta(tmp, meta); err != nil {
+		return err
+	}
+	if err := syncFiles(filepath.Join(tmp, "mem"), filepath.Join(tmp, "disk.qcow2"), filepath.Join(tmp, "state")); err != nil {
+		return err
+	}
+	if err := syncDir(tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%s: %w", final, errdefs.ErrAlreadyExists)
+		}
+		return err
+	}
+	return syncDir(filepath.Dir(final))
+}
+
+// DeleteSnapshot implements runtime.Snapshotter; unknown IDs succeed. Sandboxes
+// created from the snapshot keep running: they hold copies of its files.
+func (r *Runtime) DeleteSnapshot(ctx context.Context, snapID string) error {
+	if err := validID(snapID); err != nil {
+		return fmt.Errorf("delete snapshot: %w", err)
+	}
+	if err := os.RemoveAll(r.snapshotDir(snapID)); err != nil {
+		return fmt.Errorf("delete snapshot %s: %w", snapID, err)
+	}
+	r.log.InfoContext(ctx, "snapshot deleted", "snapshot", snapID)
+	return nil
+}
+
+// loadSnapshot returns snapshot snapID for a restore. Errors: ErrNotFound,
+// ErrFailedPrecondition (taken with another guest kernel, initramfs or
+// accelerator than this runtime uses).
+func (r *Runtime) loadSnapshot(ctx context.Context, snapID string) (*snapshot, error) {
+	if err := validID(snapID); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	dir := r.snapshotDir(snapID)
+	meta, err := readMeta(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("snapshot %s: %w", snapID, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", snapID, err)
+	}
+	bf, err := r.bootFiles()
+	if err != nil {
+		return nil, err
+	}
+	accel, err := r.resolveAccel(ctx, bf)
+	if err != nil {
+		return nil, err
+	}
+	if meta.BootKey != bf.Key || meta.Accel != accel {
+		return nil, fmt.Errorf("snapshot %s was taken with guest kernel %s (boot files %s) and %s; this runtime uses %s (boot files %s) and %s: %w",
+			snapID, meta.BootVersion, meta.BootKey, meta.Accel, bf.Version, bf.Key, accel, errdefs.ErrFailedPrecondition)
+	}
+	s := meta.snapshotOf(dir)
+	s.Boot, s.Fork = bf, true
+	return s, nil
+}

@@ -1,0 +1,261 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/moatsh/moat/internal/cgroups"
+	"github.com/moatsh/moat/internal/cleanup"
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/qmp"
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
+)
+
+// A sandbox paused to disk is its directory: mem (guest RAM, which QEMU maps
+// shared, so it is always current), disk.qcow2, meta.json and state, the
+// device state saved with x-ignore-shared while the guest was stopped.
+// state exists exactly while mem and state belong together, so it decides
+// after a crash whether a sandbox is paused (see Recover):
+//
+//	pause:  stop → state.tmp → fdatasync mem, disk, state.tmp → rename to state → fsync dir → quit QEMU
+//	resume: start QEMU → load state → remove state, fsync dir → cont
+//
+// Before the rename a crash leaves a stopped QEMU that Recover continues;
+// after it, a paused sandbox. Resume removes state before the guest runs
+// again, so a crash after that leaves a running VM, before it a paused one.
+
+// Features implements runtime.Runtime: pauses go to disk.
+func (r *Runtime) Features() runtime.Features { return runtime.Features{PauseToDisk: true} }
+
+// lockBox returns id's bookkeeping with b.mu held, for an operation (op)
+// on a created sandbox. Errors: ErrInvalidArgument, ErrNotFound.
+func (r *Runtime) lockBox(id, op string) (*sandbox, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	b, ok := r.boxes.Lookup(id)
+	if !ok {
+		return nil, fmt.Errorf("%s sandbox %s: %w", op, id, errdefs.ErrNotFound)
+	}
+	b.mu.Lock()
+	if !b.created {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("%s sandbox %s: %w", op, id, errdefs.ErrNotFound)
+	}
+	return b, nil
+}
+
+// Pause implements runtime.Runtime: the guest's device state is saved next
+// to its memory file, then QEMU exits and the sandbox's network and cgroup
+// go; its directory stays. The sandbox keeps no RAM or process until
+// Resume. A pause that fails leaves the sandbox running. Errors:
+// ErrNotFound, ErrFailedPrecondition (already paused, or created by a
+// version without meta.json).
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	b, err := r.lockBox(id, "pause")
+	if err != nil {
+		return err
+	}
+	defer b.mu.Unlock()
+	if b.paused {
+		return fmt.Errorf("pause sandbox %s: already paused: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	dir := r.sandboxDir(id)
+	if _, err := readMeta(dir); err != nil {
+		return fmt.Errorf("pause sandbox %s: %v (created by an older version?): %w", id, err, errdefs.ErrFailedPrecondition)
+	}
+	c, err := r.client(ctx, id, b)
+	if err != nil {
+		return fmt.Errorf("pause sandbox %s: %w", id, err)
+	}
+	start := time.Now()
+	if err := r.savePaused(ctx, c, dir); err != nil {
+		_ = os.Remove(filepath.Join(dir, "state.tmp"))
+		if terr := r.thaw(ctx, c, filepath.Join(dir, "console.log"), false); terr != nil {
+			err = errors.Join(err, fmt.Errorf("continue after the failed pause: %w", terr))
+		}
+		return fmt.Errorf("pause sandbox %s: %w", id, err)
+	}
+	saved := time.Now()
+	// The pause is complete: what fails from here on is left for Kill,
+	// which removes everything by name.
+	if err := r.release(ctx, id, b); err != nil {
+		r.log.WarnContext(ctx, "sandbox paused; cleanup incomplete", "sandbox", id, "err", err)
+	}
+	b.paused = true
+	b.handle = &runtime.Handle{ID: id, Runtime: Name, Paused: true}
+	r.log.InfoContext(ctx, "sandbox paused", "sandbox", id, "took", time.Since(start).Round(time.Millisecond),
+		"save", saved.Sub(start).Round(time.Millisecond), "quit", time.Since(saved).Round(time.Millisecond))
+	return nil
+}
+
+// savePaused freezes the guest into dir/state (see the file comment); on
+// error dir/state does not exist and QEMU still runs, stopped.
+func (r *Runtime) savePaused(ctx context.Context, c *qmp.Client, dir string) error {
+	tmp, state := filepath.Join(dir, "state.tmp"), filepath.Join(dir, "state")
+	if err := r.freeze(ctx, c, filepath.Join(dir, "console.log"), tmp); err != nil {
+		return err
+	}
+	if err := syncFiles(filepath.Join(dir, "mem"), filepath.Join(dir, "disk.qcow2"), tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, state); err != nil {
+		return fmt.Errorf("commit state: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		_ = os.Remove(state)
+		return err
+	}
+	return nil
+}
+
+// freeze cuts the guest's link (moat-vminit notes it, so that raising it
+// again makes the guest renew its CRNG and clock as after a restore), stops
+// the vCPUs and saves the device state to path; RAM stays in the memory file.
+func (r *Runtime) freeze(ctx context.Context, c *qmp.Client, console, path string) error {
+	from := consoleSize(console)
+	if err := setLink(ctx, c, false); err != nil {
+		return err
+	}
+	if err := waitConsoleFrom(ctx, console, from, guestinit.LinkDownMarker, r.o.readyTimeout); err != nil {
+		return err
+	}
+	if err := saveState(ctx, c, path); err != nil {
+		return fmt.Errorf("save state: %w", err)
+	}
+	return nil
+}
+
+// thaw continues a guest stopped by freeze (also after the migration
+// completed: cont reactivates the block devices) and raises its link; with
+// wait it waits until the guest renewed its CRNG and clock.
+func (r *Runtime) thaw(ctx context.Context, c *qmp.Client, console string, wait bool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.readyTimeout)
+	defer cancel()
+	from := consoleSize(console)
+	if err := c.Execute(ctx, "cont", nil, nil); err != nil {
+		return err
+	}
+	if err := setLink(ctx, c, true); err != nil {
+		return err
+	}
+	if !wait {
+		return nil
+	}
+	return waitConsoleFrom(ctx, console, from, guestinit.RestoredMarker, r.o.readyTimeout)
+}
+
+// release quits a paused sandbox's QEMU and removes its network and cgroup;
+// afterwards b.undo holds the by-name undos of Kill. b.mu is held.
+func (r *Runtime) release(ctx context.Context, id string, b *sandbox) error {
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	if b.proc != nil {
+		errs = append(errs, b.proc.stop(ctx, b.qmp))
+	}
+	if b.qmp != nil {
+		b.qmp.Close()
+	}
+	b.proc, b.qmp = nil, nil
+	errs = append(errs, r.net.Teardown(ctx, id), cgroups.Remove(r.cgroupPath(id)))
+	for _, f := range []string{"qmp.sock", "pid"} {
+		_ = os.Remove(filepath.Join(r.sandboxDir(id), f))
+	}
+	b.undo = cleanup.Stack{} // its undos were for the QEMU that just quit
+	r.pushAll(ctx, id, b)
+	return errors.Join(errs...)
+}
+
+// Resume implements runtime.Runtime: a new QEMU in a new network namespace
+// (the address may change) loads the saved state over the sandbox's memory
+// file and continues. It works for sandboxes paused by an earlier process
+// (after Recover). If it fails before the guest ran, the sandbox stays
+// paused (nil handle); after, the handle comes with the error: the VM runs.
+// Errors: ErrNotFound, ErrFailedPrecondition (not paused, or its state or
+// meta.json is missing).
+func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error) {
+	b, err := r.lockBox(id, "resume")
+	if err != nil {
+		return nil, err
+	}
+	defer b.mu.Unlock()
+	if !b.paused {
+		return nil, fmt.Errorf("resume sandbox %s: not paused: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	dir := r.sandboxDir(id)
+	meta, err := readMeta(dir)
+	if err != nil {
+		return nil, fmt.Errorf("resume sandbox %s: %v: %w", id, err, errdefs.ErrFailedPrecondition)
+	}
+	if _, err := os.Stat(r.statePath(id)); err != nil {
+		return nil, fmt.Errorf("resume sandbox %s: saved state: %v: %w", id, err, errdefs.ErrFailedPrecondition)
+	}
+	_ = os.Rename(filepath.Join(dir, "console.log"), filepath.Join(dir, "console.log.1"))
+	start := time.Now()
+	var undo cleanup.Stack
+	h, consumed, err := r.resumeVM(ctx, id, b, meta, &undo)
+	if err != nil && !consumed {
+		// Still paused: state and mem are untouched.
+		err = errors.Join(err, undo.Run())
+		b.proc, b.qmp = nil, nil
+		return nil, fmt.Errorf("resume sandbox %s: %w", id, err)
+	}
+	// QEMU runs the guest (or may): from now on it is a running sandbox.
+	b.paused = false
+	b.undo = cleanup.Stack{}
+	r.pushAll(ctx, id, b)
+	b.handle = h
+	if err != nil {
+		return h, fmt.Errorf("resume sandbox %s (running, but not healthy): %w", id, err)
+	}
+	r.log.InfoContext(ctx, "sandbox resumed", "sandbox", id, "addr", h.Addr, "pid", h.PID,
+		"took", time.Since(start).Round(time.Millisecond))
+	return h, nil
+}
+
+// resumeVM sets up the network and QEMU of paused sandbox id (undos onto
+// undo), loads its state, removes the state file and continues the guest.
+// consumed reports whether the state file is gone (the guest may run).
+func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *vmMeta, undo *cleanup.Stack) (_ *runtime.Handle, consumed bool, _ error) {
+	n, err := r.net.Setup(ctx, id, meta.AllowInternet)
+	if err != nil {
+		return nil, false, err
+	}
+	undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
+	m := r.sandboxMachine(id, meta)
+	p, c, err := r.launch(ctx, r.cgroupPath(id), n, m, limitsFor(meta), undo)
+	if err != nil {
+		return nil, false, err
+	}
+	b.proc, b.qmp = p, c
+	if err := incoming(ctx, c, r.statePath(id)); err != nil {
+		return nil, false, fmt.Errorf("load state: %w (qemu: %q)", err, tail(filepath.Join(r.sandboxDir(id), "qemu.log"), 1024))
+	}
+	// Once the guest runs, mem no longer matches state: state goes first.
+	if err := os.Remove(r.statePath(id)); err != nil {
+		return nil, false, fmt.Errorf("consume state: %w", err)
+	}
+	h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: p.pid}
+	if err := syncDir(r.sandboxDir(id)); err != nil {
+		return h, true, err
+	}
+	from := consoleSize(m.Console)
+	if err := c.Execute(ctx, "cont", nil, nil); err != nil {
+		return h, true, err
+	}
+	if err := setLink(ctx, c, true); err != nil {
+		return h, true, err
+	}
+	if err := waitHealth(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
+		return h, true, fmt.Errorf("%w (console: %q)", err, tail(m.Console, 1024))
+	}
+	if err := waitConsoleFrom(ctx, m.Console, from, guestinit.RestoredMarker, r.o.readyTimeout); err != nil {
+		return h, true, err
+	}
+	return h, true, nil
+}

@@ -1,0 +1,140 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Snapshot is a saved sandbox (memory and disk) from which new sandboxes
+// can be created; it outlives the sandbox it was taken from.
+type Snapshot struct {
+	ID         string
+	Name       string // optional, unique when set
+	SandboxID  string // the sandbox it was taken from
+	TemplateID string
+	Alias      string // the template's name
+	Runtime    string
+	CPUCount   int
+	MemoryMB   int
+	DiskSizeMB int
+	EnvVars    map[string]string // the source's create-time env vars, inherited by its forks
+	// EnvdAccessToken is the source's envd token when the snapshot was
+	// taken: envd in a sandbox started from it needs it to accept /init.
+	EnvdAccessToken string
+	CreatedAt       time.Time
+}
+
+// SnapshotFilter selects snapshots; zero values mean "any".
+type SnapshotFilter struct {
+	SandboxID string
+	Name      string
+	After     string // continue after this snapshot ID (newest first)
+	Limit     int
+}
+
+const snapshotCols = `id, name, sandbox_id, template_id, alias, runtime, cpu_count, memory_mb, disk_size_mb, env_vars,
+	envd_access_token, created_at`
+
+// InsertSnapshot stores s; errdefs.ErrAlreadyExists when its ID or name is taken.
+func (d *DB) InsertSnapshot(ctx context.Context, s Snapshot) error {
+	env, err := json.Marshal(nonNil(s.EnvVars))
+	if err != nil {
+		return fmt.Errorf("insert snapshot %s: %w", s.ID, err)
+	}
+	_, err = d.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		s.ID, s.Name, s.SandboxID, s.TemplateID, s.Alias, s.Runtime, s.CPUCount, s.MemoryMB, s.DiskSizeMB,
+		string(env), s.EnvdAccessToken, toUnix(s.CreatedAt))
+	if err != nil {
+		if strings.Contains(err.Error(), "UNIQUE") {
+			return fmt.Errorf("snapshot %s (name %q): %w", s.ID, s.Name, errAlreadyExists)
+		}
+		return fmt.Errorf("insert snapshot %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// GetSnapshot returns the snapshot whose ID or name is ref; ErrNotFound if none.
+func (d *DB) GetSnapshot(ctx context.Context, ref string) (Snapshot, error) {
+	row := d.db.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ? OR (name != '' AND name = ?)
+		ORDER BY id = ? DESC LIMIT 1`, ref, ref, ref)
+	s, err := scanSnapshot(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Snapshot{}, notFound("snapshot", ref)
+	}
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("get snapshot %s: %w", ref, err)
+	}
+	return s, nil
+}
+
+// ListSnapshots returns snapshots newest first.
+func (d *DB) ListSnapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, error) {
+	var where []string
+	var args []any
+	if f.SandboxID != "" {
+		where = append(where, "sandbox_id = ?")
+		args = append(args, f.SandboxID)
+	}
+	if f.Name != "" {
+		where = append(where, "name = ?")
+		args = append(args, f.Name)
+	}
+	if f.After != "" {
+		where = append(where, "(created_at, id) < (SELECT created_at, id FROM snapshots WHERE id = ?)")
+		args = append(args, f.After)
+	}
+	q := `SELECT ` + snapshotCols + ` FROM snapshots`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY created_at DESC, id DESC"
+	if f.Limit > 0 {
+		q += fmt.Sprintf(" LIMIT %d", f.Limit)
+	}
+	rows, err := d.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	defer rows.Close()
+	var out []Snapshot
+	for rows.Next() {
+		s, err := scanSnapshot(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list snapshots: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// DeleteSnapshot removes the record; ErrNotFound when there is none.
+func (d *DB) DeleteSnapshot(ctx context.Context, id string) error {
+	res, err := d.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("delete snapshot %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return notFound("snapshot", id)
+	}
+	return nil
+}
+
+func scanSnapshot(sc scanner) (Snapshot, error) {
+	var s Snapshot
+	var env string
+	var created int64
+	if err := sc.Scan(&s.ID, &s.Name, &s.SandboxID, &s.TemplateID, &s.Alias, &s.Runtime, &s.CPUCount,
+		&s.MemoryMB, &s.DiskSizeMB, &env, &s.EnvdAccessToken, &created); err != nil {
+		return s, err
+	}
+	s.CreatedAt = fromUnix(created)
+	if err := json.Unmarshal([]byte(env), &s.EnvVars); err != nil {
+		return s, fmt.Errorf("snapshot %s env: %w", s.ID, err)
+	}
+	return s, nil
+}
