@@ -20,6 +20,9 @@ import { Sandbox } from 'e2b'
 import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
 
 import { useServer, createSandbox, killQuietly, within, run, sleep, assertNoLeaks } from './harness.mjs'
+import {
+  timed, waitFor, counterState, startCounter, assertCounterAdvances, hasProcess, runCode,
+} from './sandboxstate.mjs'
 
 const srv = useServer()
 const runtime = process.env.MOAT_E2E_RUNTIME
@@ -30,62 +33,8 @@ const interpreterTemplate = process.env.MOAT_E2E_INTERPRETER_TEMPLATE
 
 const SNAPSHOT_MS = 240_000
 const FORK_CREATE_MS = 400_000
-const COUNTER = '/tmp/fork-counter'
 
 // ---------- helpers ----------
-
-async function timed(t, what, fn) {
-  const start = performance.now()
-  try {
-    return await fn()
-  } finally {
-    t?.diagnostic?.(`[${runtime || 'default'}] ${what}: ${Math.round(performance.now() - start)} ms`)
-  }
-}
-
-async function waitFor(what, fn, { timeoutMs = 30_000, intervalMs = 250 } = {}) {
-  const deadline = Date.now() + timeoutMs
-  let last
-  for (;;) {
-    last = await fn()
-    if (last.ok) return last
-    if (Date.now() > deadline) throw new Error(`${what}: not reached after ${timeoutMs} ms (last: ${JSON.stringify(last)})`)
-    await sleep(intervalMs)
-  }
-}
-
-async function counterState(sbx, file = COUNTER) {
-  const r = await run(sbx, `awk 'END{print NR, $0}' ${file} 2>/dev/null || echo 0 0`, {}, 60_000)
-  const [lines, last] = r.stdout.trim().split(/\s+/).map(Number)
-  return { lines, last: Number.isFinite(last) ? last : 0 }
-}
-
-// startCounter: a background shell loop appending 1, 2, 3, ... every 0.2 s.
-// The value lives in the shell's memory: a fork restored from a memory
-// snapshot continues the sequence; a cold-booted copy would have no process.
-async function startCounter(sbx, file = COUNTER) {
-  const h = await within(30_000, 'start background counter', () =>
-    sbx.commands.run(`i=0; while :; do i=$((i+1)); echo $i >> ${file}; sleep 0.2; done`,
-      { background: true, timeoutMs: 0 }),
-  )
-  await h.disconnect()
-  await waitFor('counter starts', () => counterState(sbx, file).then((c) => ({ ...c, ok: c.last >= 3 })))
-  return h.pid
-}
-
-async function assertCounterAdvances(sbx, since, what, file = COUNTER) {
-  const c = await waitFor(`${what}: counter advances past ${since}`, async () => {
-    const s = await counterState(sbx, file)
-    return { ...s, ok: s.last > since + 2 }
-  }, { timeoutMs: 30_000 })
-  assert.equal(c.lines, c.last, `${what}: counter file has ${c.lines} lines but last value ${c.last} (process restarted or duplicated)`)
-  return c
-}
-
-async function hasProcess(sbx, pid) {
-  const procs = await within(30_000, 'commands.list', () => sbx.commands.list())
-  return procs.some((p) => p.pid === pid)
-}
 
 async function listAllSnapshots(opts) {
   const pager = Sandbox.listSnapshots(opts)
@@ -105,10 +54,6 @@ async function createFrom(t, Klass, id, opts = {}) {
   const sbx = await within(FORK_CREATE_MS, `create from ${id}`, () => Klass.create(id, { timeoutMs: 600_000, ...opts }))
   t.after(() => killQuietly(sbx.sandboxId))
   return sbx
-}
-
-function runCode(sbx, code, ms = 120_000) {
-  return within(ms, `runCode(${JSON.stringify(code).slice(0, 60)})`, () => sbx.runCode(code))
 }
 
 // ---------- tests ----------

@@ -23,6 +23,9 @@ import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
 import {
   useServer, createSandbox, killQuietly, within, run, sleep, exportSdkEnv, assertNoLeaks,
 } from './harness.mjs'
+import {
+  timed, waitFor, counterState, startCounter, assertCounterAdvances, hasProcess, runCode,
+} from './sandboxstate.mjs'
 
 const srv = useServer()
 const external = Boolean(process.env.MOAT_E2E_API_URL)
@@ -33,8 +36,6 @@ const interpreterTemplate = process.env.MOAT_E2E_INTERPRETER_TEMPLATE
 // be generous.
 const PAUSE_MS = 180_000
 const CONNECT_MS = 180_000
-
-const COUNTER = '/tmp/pause-counter'
 
 // On the vm runtime with a local server, also look at the host: a paused
 // microVM is on disk, so its QEMU process (-name moat-<id>) must be gone
@@ -54,62 +55,6 @@ function assertQemu(id, want, what) {
 }
 
 // ---------- helpers ----------
-
-async function timed(t, what, fn) {
-  const start = performance.now()
-  try {
-    return await fn()
-  } finally {
-    t?.diagnostic?.(`[${runtime}] ${what}: ${Math.round(performance.now() - start)} ms`)
-  }
-}
-
-async function waitFor(what, fn, { timeoutMs = 30_000, intervalMs = 250 } = {}) {
-  const deadline = Date.now() + timeoutMs
-  let last
-  for (;;) {
-    last = await fn()
-    if (last.ok) return last
-    if (Date.now() > deadline) throw new Error(`${what}: not reached after ${timeoutMs} ms (last: ${JSON.stringify(last)})`)
-    await sleep(intervalMs)
-  }
-}
-
-// startCounter starts a background shell loop appending 1, 2, 3, ... to a
-// file every 0.2 s. The counter lives in the shell's memory, so after a
-// resume the file continues where it stopped (a restarted process would
-// start again at 1, a second one would break lines === last).
-async function startCounter(sbx, file = COUNTER) {
-  const h = await within(30_000, 'start background counter', () =>
-    sbx.commands.run(`i=0; while :; do i=$((i+1)); echo $i >> ${file}; sleep 0.2; done`,
-      { background: true, timeoutMs: 0 }),
-  )
-  // Keep the process, drop the stream (it would break across a pause).
-  await h.disconnect()
-  await waitFor('counter starts', () => counterState(sbx, file).then((c) => ({ ...c, ok: c.last >= 3 })))
-  return h.pid
-}
-
-// counterState reads the counter file once: number of lines and last value.
-async function counterState(sbx, file = COUNTER) {
-  const r = await run(sbx, `awk 'END{print NR, $0}' ${file} 2>/dev/null || echo 0 0`, {}, 60_000)
-  const [lines, last] = r.stdout.trim().split(/\s+/).map(Number)
-  return { lines, last: Number.isFinite(last) ? last : 0 }
-}
-
-async function assertCounterAdvances(sbx, since, what, file = COUNTER) {
-  const c = await waitFor(`${what}: counter advances past ${since}`, async () => {
-    const s = await counterState(sbx, file)
-    return { ...s, ok: s.last > since + 2 }
-  }, { timeoutMs: 30_000 })
-  assert.equal(c.lines, c.last, `${what}: counter file has ${c.lines} lines but last value ${c.last} (process restarted or duplicated)`)
-  return c
-}
-
-async function hasProcess(sbx, pid) {
-  const procs = await within(30_000, 'commands.list', () => sbx.commands.list())
-  return procs.some((p) => p.pid === pid)
-}
 
 async function pause(sbx) {
   return within(PAUSE_MS, `pause ${sbx.sandboxId}`, () => sbx.pause())
@@ -159,10 +104,6 @@ async function createInterpreter(t, opts = {}) {
   )
   t.after(() => killQuietly(sbx.sandboxId))
   return sbx
-}
-
-function runCode(sbx, code, ms = 120_000) {
-  return within(ms, `runCode(${JSON.stringify(code).slice(0, 60)})`, () => sbx.runCode(code))
 }
 
 // envdList calls envd's Process/List through the server with the given

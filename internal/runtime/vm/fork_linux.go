@@ -30,19 +30,12 @@ func (r *Runtime) Snapshot(ctx context.Context, id, snapID string) (retErr error
 	if err := validID(snapID); err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	b, err := r.lockBox(id, "snapshot")
+	b, meta, err := r.runningBox(id, "snapshot")
 	if err != nil {
 		return err
 	}
 	defer b.mu.Unlock()
-	if b.paused {
-		return fmt.Errorf("snapshot sandbox %s: paused: %w", id, errdefs.ErrFailedPrecondition)
-	}
 	dir := r.sandboxDir(id)
-	meta, err := readMeta(dir)
-	if err != nil {
-		return fmt.Errorf("snapshot sandbox %s: %v (created by an older version?): %w", id, err, errdefs.ErrFailedPrecondition)
-	}
 	final := r.snapshotDir(snapID)
 	tmp := final + ".tmp"
 	if _, err := os.Stat(final); err == nil {

@@ -50,6 +50,25 @@ func (r *Runtime) lockBox(id, op string) (*sandbox, error) {
 	return b, nil
 }
 
+// runningBox is lockBox for operations that need a running sandbox with a
+// meta.json (one created by this version); it returns the meta too.
+func (r *Runtime) runningBox(id, op string) (*sandbox, *vmMeta, error) {
+	b, err := r.lockBox(id, op)
+	if err != nil {
+		return nil, nil, err
+	}
+	if b.paused {
+		b.mu.Unlock()
+		return nil, nil, fmt.Errorf("%s sandbox %s: paused: %w", op, id, errdefs.ErrFailedPrecondition)
+	}
+	meta, err := readMeta(r.sandboxDir(id))
+	if err != nil {
+		b.mu.Unlock()
+		return nil, nil, fmt.Errorf("%s sandbox %s: %v (created by an older version?): %w", op, id, err, errdefs.ErrFailedPrecondition)
+	}
+	return b, meta, nil
+}
+
 // Pause implements runtime.Runtime: the guest's device state is saved next
 // to its memory file, then QEMU exits and the sandbox's network and cgroup
 // go; its directory stays. The sandbox keeps no RAM or process until
@@ -57,18 +76,12 @@ func (r *Runtime) lockBox(id, op string) (*sandbox, error) {
 // ErrNotFound, ErrFailedPrecondition (already paused, or created by a
 // version without meta.json).
 func (r *Runtime) Pause(ctx context.Context, id string) error {
-	b, err := r.lockBox(id, "pause")
+	b, _, err := r.runningBox(id, "pause")
 	if err != nil {
 		return err
 	}
 	defer b.mu.Unlock()
-	if b.paused {
-		return fmt.Errorf("pause sandbox %s: already paused: %w", id, errdefs.ErrFailedPrecondition)
-	}
 	dir := r.sandboxDir(id)
-	if _, err := readMeta(dir); err != nil {
-		return fmt.Errorf("pause sandbox %s: %v (created by an older version?): %w", id, err, errdefs.ErrFailedPrecondition)
-	}
 	c, err := r.client(ctx, id, b)
 	if err != nil {
 		return fmt.Errorf("pause sandbox %s: %w", id, err)

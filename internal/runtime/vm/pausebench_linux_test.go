@@ -168,27 +168,10 @@ func baselinePause(ctx context.Context, r *Runtime, id, path string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.Execute(ctx, "stop", nil, nil); err != nil {
+	if err := migrateTo(ctx, c, path, false); err != nil {
 		return err
 	}
-	if err := setCapability(ctx, c, "x-ignore-shared", false); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := c.ExecuteFile(ctx, "getfd", map[string]any{"fdname": "base"}, nil, f); err != nil {
-		return err
-	}
-	if err := c.Execute(ctx, "migrate", map[string]any{"uri": "fd:base"}, nil); err != nil {
-		return err
-	}
-	if err := waitMigration(ctx, c, "query-migrate"); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
+	if err := syncFiles(path); err != nil {
 		return err
 	}
 	err = bx.proc.stop(ctx, c)
@@ -227,41 +210,13 @@ func baselineResume(ctx context.Context, r *Runtime, id string, h *runtime.Handl
 		return err
 	}
 	bx.proc, bx.qmp = p, c
-	f, err := os.Open(path)
-	if err != nil {
+	if err := migrateFrom(ctx, c, path, false); err != nil {
 		return err
-	}
-	defer f.Close()
-	if err := c.ExecuteFile(ctx, "getfd", map[string]any{"fdname": "base"}, nil, f); err != nil {
-		return err
-	}
-	if err := c.Execute(ctx, "migrate-incoming", map[string]any{"uri": "fd:base"}, nil); err != nil {
-		return err
-	}
-	for {
-		var st struct {
-			Status string `json:"status"`
-		}
-		if err := c.Execute(ctx, "query-status", nil, &st); err != nil {
-			return err
-		}
-		if st.Status == "paused" || st.Status == "postmigrate" || st.Status == "prelaunch" {
-			break
-		}
-		if st.Status != "inmigrate" {
-			return fmt.Errorf("baseline restore: vm status %q", st.Status)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 	if err := c.Execute(ctx, "cont", nil, nil); err != nil {
 		return err
 	}
 	return waitHealth(ctx, envdAddr(h), r.o.readyTimeout)
-}
-
-func setCapability(ctx context.Context, c *qmp.Client, name string, on bool) error {
-	return c.Execute(ctx, "migrate-set-capabilities", map[string]any{"capabilities": []map[string]any{
-		{"capability": name, "state": on}}}, nil)
 }
 
 // hostDirtyMiB is /proc/meminfo's Dirty: memory waiting to be written

@@ -118,10 +118,16 @@ func qcow2Overlay(ctx context.Context, backing, backingFmt, dst string) error {
 // saveState freezes the guest and writes its device state (RAM stays in the
 // shared memory file) to path.
 func saveState(ctx context.Context, c *qmp.Client, path string) error {
+	return migrateTo(ctx, c, path, true)
+}
+
+// migrateTo stops the guest and migrates it into the file path; with
+// ignoreShared, RAM in shared memory backends is left out (x-ignore-shared).
+func migrateTo(ctx context.Context, c *qmp.Client, path string, ignoreShared bool) error {
 	if err := c.Execute(ctx, "stop", nil, nil); err != nil {
 		return err
 	}
-	if err := setIgnoreShared(ctx, c); err != nil {
+	if err := setCapability(ctx, c, "x-ignore-shared", ignoreShared); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
@@ -149,7 +155,13 @@ func loadState(ctx context.Context, c *qmp.Client, path string) error {
 // incoming feeds path to a QEMU started with -incoming defer -S and waits
 // until the device state is loaded; the guest stays stopped.
 func incoming(ctx context.Context, c *qmp.Client, path string) error {
-	if err := setIgnoreShared(ctx, c); err != nil {
+	return migrateFrom(ctx, c, path, true)
+}
+
+// migrateFrom is migrateTo's other end: it loads the file path into a QEMU
+// waiting with -incoming defer and returns once it is loaded.
+func migrateFrom(ctx context.Context, c *qmp.Client, path string, ignoreShared bool) error {
+	if err := setCapability(ctx, c, "x-ignore-shared", ignoreShared); err != nil {
 		return err
 	}
 	f, err := os.Open(path)
@@ -228,9 +240,10 @@ func consoleSize(path string) int64 {
 	return fi.Size()
 }
 
-func setIgnoreShared(ctx context.Context, c *qmp.Client) error {
+// setCapability turns a migration capability on or off.
+func setCapability(ctx context.Context, c *qmp.Client, name string, on bool) error {
 	return c.Execute(ctx, "migrate-set-capabilities", map[string]any{"capabilities": []map[string]any{
-		{"capability": "x-ignore-shared", "state": true}}}, nil)
+		{"capability": name, "state": on}}}, nil)
 }
 
 func waitMigration(ctx context.Context, c *qmp.Client, query string) error {
