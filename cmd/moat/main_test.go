@@ -165,27 +165,33 @@ func TestClientCommands(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			root := newRootCmd(&out, &errOut)
-			root.SetArgs(tt.args)
-			err := root.ExecuteContext(context.Background())
-			var ee exitError
-			code := 0
-			if errors.As(err, &ee) {
-				code, err = ee.code, nil
-			}
+			out, errOut, code, err := runCLI(tt.args...)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)
 				}
 				return
 			}
-			if err != nil || code != tt.wantCode || !strings.Contains(out.String(), tt.wantOut) {
-				t.Fatalf("err=%v code=%d out=%q stderr=%q", err, code, out.String(), errOut.String())
+			if err != nil || code != tt.wantCode || !strings.Contains(out, tt.wantOut) {
+				t.Fatalf("err=%v code=%d out=%q stderr=%q", err, code, out, errOut)
 			}
 		})
 	}
 	if len(f.killed) != 2 { // run's own sandbox + kill
 		t.Fatalf("killed = %v, want run's sandbox and the explicit kill", f.killed)
 	}
+}
+
+// runCLI runs the moat command line with args and returns its output, its
+// exit code (from an exitError) and any other error.
+func runCLI(args ...string) (stdout, stderr string, code int, err error) {
+	var out, errOut bytes.Buffer
+	root := newRootCmd(&out, &errOut)
+	root.SetArgs(args)
+	err = root.ExecuteContext(context.Background())
+	var ee exitError
+	if errors.As(err, &ee) {
+		code, err = ee.code, nil
+	}
+	return out.String(), errOut.String(), code, err
 }

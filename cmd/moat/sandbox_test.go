@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -149,24 +146,16 @@ func TestLifecycleCommands(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			root := newRootCmd(&out, &errOut)
-			root.SetArgs(tt.args)
-			err := root.ExecuteContext(context.Background())
-			var ee exitError
-			code := 0
-			if errors.As(err, &ee) {
-				code, err = ee.code, nil
-			}
+			out, errOut, code, err := runCLI(tt.args...)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)
 				}
 				return
 			}
-			if err != nil || code != tt.wantCode || !strings.Contains(out.String(), tt.wantOut) ||
-				!strings.Contains(errOut.String(), tt.wantStderr) {
-				t.Fatalf("err=%v code=%d out=%q stderr=%q", err, code, out.String(), errOut.String())
+			if err != nil || code != tt.wantCode || !strings.Contains(out, tt.wantOut) ||
+				!strings.Contains(errOut, tt.wantStderr) {
+				t.Fatalf("err=%v code=%d out=%q stderr=%q", err, code, out, errOut)
 			}
 		})
 	}

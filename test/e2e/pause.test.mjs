@@ -449,3 +449,31 @@ test('a paused sandbox survives SIGKILL of moat serve and a restart', { timeout:
   assert.equal(await within(60_000, 'kill', () => Sandbox.kill(id)), true)
   await assertNoLeaks([id], { waitMs: 30_000 })
 })
+
+test("an open PTY's shell survives pause/resume and still takes input", { timeout: 300_000 }, async (t) => {
+  const sbx = await createSandbox(t, { metadata: { suite: 'pause-pty' } })
+  const enc = new TextEncoder()
+  const term = await within(30_000, 'pty.create', () =>
+    sbx.pty.create({ cols: 80, rows: 24, timeoutMs: 0, onData: () => {} }),
+  )
+  const file = '/tmp/pty-counter'
+  await within(30_000, 'sendInput loop', () => sbx.pty.sendInput(term.pid,
+    enc.encode(`i=0; while :; do i=$((i+1)); echo $i >> ${file}; sleep 0.2; done\n`)))
+  const before = await waitFor('pty loop runs', () => counterState(sbx, file).then((c) => ({ ...c, ok: c.last >= 3 })))
+  // The output stream breaks across a pause; the shell must not.
+  await term.disconnect().catch(() => {})
+  assert.equal(await timed(t, 'pause (pty open)', () => pause(sbx)), true)
+  await timed(t, 'connect (pty open)', () => within(CONNECT_MS, 'Sandbox.connect', () => Sandbox.connect(sbx.sandboxId)))
+  assert.ok(await hasProcess(sbx, term.pid), 'the PTY shell is still listed after resume')
+  await assertCounterAdvances(sbx, before.last, 'pty loop after resume', file)
+  // Still interactive: interrupt the loop, then run a command in the same shell.
+  await within(30_000, 'sendInput ^C', () => sbx.pty.sendInput(term.pid, enc.encode('\x03')))
+  await within(30_000, 'sendInput echo', () => sbx.pty.sendInput(term.pid, enc.encode('echo "pty-$i" > /tmp/pty-after\n')))
+  const after = await waitFor('the shell answers after resume', async () => {
+    const r = await run(sbx, 'cat /tmp/pty-after 2>/dev/null || true')
+    return { out: r.stdout, ok: /^pty-\d+\n$/.test(r.stdout) }
+  })
+  const n = Number(after.out.trim().slice(4))
+  assert.ok(n > before.last, `the shell's variable kept counting across the pause (${n} > ${before.last})`)
+  assert.equal(await within(30_000, 'pty.kill', () => sbx.pty.kill(term.pid)), true)
+})

@@ -141,11 +141,7 @@ func (r *Runtime) loadSnapshot(ctx context.Context, snapID string) (*snapshot, e
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", snapID, err)
 	}
-	bf, err := r.bootFiles()
-	if err != nil {
-		return nil, err
-	}
-	accel, err := r.resolveAccel(ctx, bf)
+	bf, accel, err := r.machineBase(ctx)
 	if err != nil {
 		return nil, err
 	}

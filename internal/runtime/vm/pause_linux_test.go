@@ -30,14 +30,23 @@ func sh(t *testing.T, h *runtime.Handle, cmd string) string {
 	return strings.TrimSpace(out)
 }
 
-// counter reads the guest's /tmp/counter.
+// counter reads the guest's /tmp/counter. The loop rewrites it with
+// `echo >`, so a read may land between the truncation and the write: an
+// empty read is retried.
 func counter(t *testing.T, h *runtime.Handle) int {
 	t.Helper()
-	n, err := strconv.Atoi(sh(t, h, "cat /tmp/counter"))
-	if err != nil {
-		t.Fatal(err)
+	for try := 0; ; try++ {
+		out := sh(t, h, "cat /tmp/counter")
+		if out == "" && try < 20 {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		n, err := strconv.Atoi(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
-	return n
 }
 
 // waitCounterAbove waits until the guest's counter exceeds n.

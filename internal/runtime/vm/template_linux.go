@@ -36,6 +36,20 @@ func (r *Runtime) bootFiles() (*bootFiles, error) {
 	return bf, nil
 }
 
+// machineBase is what every guest of this Runtime boots or restores with:
+// the kernel and initramfs, and the accelerator.
+func (r *Runtime) machineBase(ctx context.Context) (*bootFiles, string, error) {
+	bf, err := r.bootFiles()
+	if err != nil {
+		return nil, "", err
+	}
+	accel, err := r.resolveAccel(ctx, bf)
+	if err != nil {
+		return nil, "", err
+	}
+	return bf, accel, nil
+}
+
 // snapLock returns the mutex serialising work on one snapshot directory.
 func (r *Runtime) snapLock(dir string) *sync.Mutex {
 	r.snapMu.Lock()
@@ -51,11 +65,7 @@ func (r *Runtime) snapLock(dir string) *sync.Mutex {
 // ensureSnapshot returns the snapshot for spec's template build, memory size
 // and vCPU count, booting the template once to take it if needed.
 func (r *Runtime) ensureSnapshot(ctx context.Context, spec runtime.Spec) (*snapshot, error) {
-	bf, err := r.bootFiles()
-	if err != nil {
-		return nil, err
-	}
-	accel, err := r.resolveAccel(ctx, bf)
+	bf, accel, err := r.machineBase(ctx)
 	if err != nil {
 		return nil, err
 	}
