@@ -4,14 +4,17 @@
 #   1. scripts/setup.sh with MOAT_DATA_DIR=/var/lib/moat-ci (the template
 #      cache for tests; the first run builds it, later runs reuse it)
 #   2. go vet ./... and go test ./... (as root: runtime tests need it)
-#   3. the end-to-end suites in test/e2e with the official e2b npm SDK
-#   4. a final host leak check (no moat containers, netns, veths, mounts left)
+#   3. the microVM pause/resume benchmark (256 MiB, 1 GiB, 2 GiB against
+#      plain migrate-to-file; prints a table; ~4 minutes)
+#   4. the end-to-end suites in test/e2e with the official e2b npm SDK
+#   5. a final host leak check (no moat containers, netns, veths, mounts left)
 #
 # Environment:
 #   MOAT_CI_DATA_DIR    test data dir (default /var/lib/moat-ci)
 #   MOAT_E2E_SUITES     space-separated suite files to run (default: all *.test.mjs)
 #   MOAT_E2E_RUNTIMES   runtimes to run the suites on (default: "container vm")
 #   MOAT_TEST_SKIP_GO=1 skip go vet / go test
+#   MOAT_TEST_SKIP_BENCH=1 skip the pause/resume benchmark
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -59,6 +62,13 @@ if [ "${MOAT_TEST_SKIP_GO:-0}" != 1 ]; then
   go vet ./... || failed+=("go vet")
   log "go test ./... -count=1 -timeout 30m"
   go test ./... -count=1 -timeout 30m || failed+=("go test")
+fi
+
+if [ "${MOAT_TEST_SKIP_BENCH:-0}" != 1 ]; then
+  log "benchmark: microVM pause/resume vs migrate-to-file (go test -bench BenchmarkPauseResume)"
+  MOAT_BENCH_PAUSE_ROUNDS="${MOAT_BENCH_PAUSE_ROUNDS:-2}" go test ./internal/runtime/vm/ -run '^$' \
+    -bench BenchmarkPauseResume -benchtime=1x -count=1 -timeout 30m 2>&1 | grep -v 'level=INFO' ||
+    failed+=("pause benchmark")
 fi
 
 # The same suites run once per runtime: containers (crun/runc), then microVMs
