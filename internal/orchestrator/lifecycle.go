@@ -132,6 +132,7 @@ func (o *Orchestrator) Wake(ctx context.Context, id string) (Route, error) {
 	if err != nil {
 		return Route{}, err
 	}
+	defer e.op.Unlock()
 	sb := o.snapshot(e)
 	switch {
 	case sb.State == store.StatePaused && sb.AutoResume:
@@ -140,16 +141,13 @@ func (o *Orchestrator) Wake(ctx context.Context, id string) (Route, error) {
 			timeout = DefaultTimeout
 		}
 		if _, err := o.resumeLocked(ctx, e, sb, min(timeout, o.cfg.MaxTimeout)); err != nil {
-			e.op.Unlock()
 			return Route{}, err
 		}
 		o.log.Info("sandbox auto-resumed by traffic", "sandboxID", id)
 	case sb.State != store.StateRunning:
-		e.op.Unlock()
 		return Route{}, fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrConflict)
 	}
-	e.op.Unlock()
-	rt, ok := o.Lookup(id)
+	rt, ok := o.Lookup(id) // o.mu only: fine under e.op
 	if !ok {
 		return Route{}, errNotFound(id)
 	}
