@@ -56,12 +56,21 @@ type proc struct {
 // outReader copies one output stream (stdout, stderr or the PTY) to the
 // subscribers.
 type outReader struct {
-	f         *os.File
-	chunk     int
-	wrap      func([]byte) *pb.ProcessEvent_DataEvent
-	idleSince atomic.Int64 // unix nanos when the reader entered Read; 0 while busy
-	done      chan struct{}
+	f     *os.File
+	chunk int
+	wrap  func([]byte) *pb.ProcessEvent_DataEvent
+	done  chan struct{}
+
+	// mu is held across each read syscall and the publishing of what it
+	// returned, so that drain, holding it, sees every byte either still
+	// unread in the stream or already published, never in flight.
+	mu       sync.Mutex
+	lastData time.Time // when a read last returned data
 }
+
+// testHookRead, when set, runs after a read returned data and before it is
+// published (tests use it to stretch that window).
+var testHookRead func()
 
 // spawnSpec is what Start resolved from a request.
 type spawnSpec struct {
@@ -286,23 +295,52 @@ func (p *proc) run(onEnd func()) {
 func (p *proc) read(r *outReader) {
 	defer close(r.done)
 	defer r.f.Close()
+	rc, err := r.f.SyscallConn()
+	if err != nil {
+		return
+	}
 	buf := make([]byte, r.chunk)
 	for {
-		r.idleSince.Store(time.Now().UnixNano())
-		n, err := r.f.Read(buf)
-		r.idleSince.Store(0)
-		if n > 0 && !p.discard.Load() {
-			p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: r.wrap(append([]byte(nil), buf[:n]...))}}, n)
-		}
-		if err != nil {
+		var n int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			n, rerr = readFull(int(fd), buf)
+			if rerr == unix.EAGAIN {
+				return false // wait until readable
+			}
+			if n > 0 {
+				r.lastData = time.Now()
+				if testHookRead != nil {
+					testHookRead()
+				}
+				if !p.discard.Load() {
+					p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: r.wrap(append([]byte(nil), buf[:n]...))}}, n)
+				}
+			}
+			return true
+		})
+		if err != nil || rerr != nil || n <= 0 { // EOF, EIO of a closed PTY, or closed
 			return
 		}
 	}
 }
 
+// readFull is one read(2), retried on EINTR.
+func readFull(fd int, buf []byte) (int, error) {
+	for {
+		n, err := unix.Read(fd, buf)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
 // drain waits, after the process has exited, until its output has been
-// published: every reader has hit EOF, or waits in Read on an empty stream
-// (a surviving child still holds it open, e.g. `server &`).
+// published: every reader has hit EOF, or its stream has been empty and
+// quiet for a moment (a surviving child still holds it open, e.g.
+// `server &`). Output read after that is dropped.
 func (p *proc) drain() {
 	const settle = 20 * time.Millisecond
 	if p.readersDone(settle) {
@@ -311,11 +349,7 @@ func (p *proc) drain() {
 	}
 	tick := time.NewTicker(settle)
 	defer tick.Stop()
-	for {
-		if p.drained(settle) {
-			p.discard.Store(true)
-			return
-		}
+	for !p.drained(settle) {
 		<-tick.C
 	}
 }
@@ -334,18 +368,28 @@ func (p *proc) readersDone(d time.Duration) bool {
 	return true
 }
 
+// drained sets discard if no open stream holds unread bytes or returned
+// data within settle. It holds every open reader's lock while deciding, so
+// no read can be between the syscall and its publish.
 func (p *proc) drained(settle time.Duration) bool {
+	var open []*outReader
 	for _, r := range p.readers {
 		select {
 		case <-r.done:
-			continue
 		default:
+			open = append(open, r)
 		}
-		since := r.idleSince.Load()
-		if since == 0 || time.Since(time.Unix(0, since)) < settle || pending(r.f) > 0 {
+	}
+	for _, r := range open {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
+	for _, r := range open {
+		if time.Since(r.lastData) < settle || pending(r.f) > 0 {
 			return false
 		}
 	}
+	p.discard.Store(true)
 	return true
 }
 

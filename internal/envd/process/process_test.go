@@ -435,3 +435,18 @@ func TestBackgroundChildren(t *testing.T) {
 		})
 	})
 }
+
+// TestSlowReaderLosesNoOutput stretches the window between a read and its
+// publish (a reader descheduled under load): the output must still arrive
+// before the end event, not be dropped as a surviving child's late output.
+func TestSlowReaderLosesNoOutput(t *testing.T) {
+	testHookRead = func() { time.Sleep(150 * time.Millisecond) }
+	t.Cleanup(func() { testHookRead = nil })
+	c := newTestEnv(t, nil).client(false)
+	for i := range 3 {
+		r := run(t, c, shReq("echo one; echo two >&2; /bin/echo three"))
+		if r.stdout.String() != "one\nthree\n" || r.stderr.String() != "two\n" {
+			t.Fatalf("round %d: stdout %q stderr %q, want %q and %q", i, r.stdout.String(), r.stderr.String(), "one\nthree\n", "two\n")
+		}
+	}
+}
