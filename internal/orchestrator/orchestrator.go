@@ -79,6 +79,11 @@ type Orchestrator struct {
 
 	mu   sync.RWMutex
 	live map[string]*entry // guarded by mu; only running/paused (and transitional) sandboxes
+
+	// snapUse is held shared by creates from a snapshot while the runtime
+	// copies it, and exclusively by DeleteSnapshot, so a delete waits for
+	// those copies instead of pulling the files from under them.
+	snapUse sync.RWMutex
 }
 
 // entry is one live sandbox.
@@ -165,7 +170,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 			log.Warn("create failed", "err", retErr)
 		}
 	}()
-	h, err := o.rt.Create(ctx, spec)
+	h, err := o.createRuntime(ctx, spec)
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	}
@@ -186,6 +191,23 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 	o.mu.Unlock()
 	log.Info("sandbox created", "addr", sb.Addr, "runtime", o.rt.Name())
 	return sb, nil
+}
+
+// createRuntime asks the runtime for the sandbox; one from a snapshot holds
+// snapUse shared while the runtime copies it, after checking that the
+// snapshot was not deleted meanwhile.
+func (o *Orchestrator) createRuntime(ctx context.Context, spec runtime.Spec) (*runtime.Handle, error) {
+	if spec.Snapshot != "" {
+		o.snapUse.RLock()
+		defer o.snapUse.RUnlock()
+		if _, err := o.db.GetSnapshot(ctx, spec.Snapshot); err != nil {
+			if errdefs.IsNotFound(err) {
+				err = fmt.Errorf("snapshot %s was deleted: %w", spec.Snapshot, errdefs.ErrNotFound)
+			}
+			return nil, err
+		}
+	}
+	return o.rt.Create(ctx, spec)
 }
 
 // source resolves a create's template reference: a template ID or name,

@@ -70,8 +70,11 @@ func (o *Orchestrator) ListSnapshots(ctx context.Context, f store.SnapshotFilter
 }
 
 // DeleteSnapshot removes a snapshot by ID or name; sandboxes created from it
-// are not affected. ErrNotFound when there is none.
+// are not affected; one being created from it is waited for. ErrNotFound
+// when there is none.
 func (o *Orchestrator) DeleteSnapshot(ctx context.Context, ref string) error {
+	o.snapUse.Lock()
+	defer o.snapUse.Unlock()
 	s, err := o.db.GetSnapshot(ctx, ref)
 	if err != nil {
 		return err

@@ -170,3 +170,53 @@ func TestTransitionsAreStored(t *testing.T) {
 		t.Fatalf("stored state after pause: %q", row.State)
 	}
 }
+
+// TestDeleteSnapshotWaitsForCreates: a delete that arrives while a create
+// copies the snapshot waits for that copy; a create that starts after the
+// delete answers 404.
+func TestDeleteSnapshotWaitsForCreates(t *testing.T) {
+	ctx := context.Background()
+	env := orchestratortest.New(t, orchestrator.Config{})
+	src := create(t, env, orchestrator.CreateRequest{})
+	snap, err := env.Orch.Snapshot(ctx, src.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copying, release := make(chan struct{}), make(chan struct{})
+	sawSnapshot := make(chan bool, 1)
+	env.Runtime.CreateF = func(s runtime.Spec) error {
+		if s.Snapshot == "" {
+			return nil
+		}
+		close(copying)
+		<-release
+		sawSnapshot <- env.Runtime.HasSnapshot(s.Snapshot)
+		return nil
+	}
+	created := make(chan error, 1)
+	go func() {
+		_, err := env.Orch.Create(ctx, orchestrator.CreateRequest{Template: snap.ID, Timeout: time.Minute})
+		created <- err
+	}()
+	<-copying
+	deleted := make(chan error, 1)
+	go func() { deleted <- env.Orch.DeleteSnapshot(ctx, snap.ID) }()
+	select {
+	case err := <-deleted:
+		t.Fatalf("delete returned during the copy: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if err := <-created; err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if !<-sawSnapshot {
+		t.Fatal("the snapshot's files were deleted during the copy")
+	}
+	if err := <-deleted; err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, err := env.Orch.Create(ctx, orchestrator.CreateRequest{Template: snap.ID, Timeout: time.Minute}); !errdefs.IsNotFound(err) {
+		t.Fatalf("create after delete: %v", err)
+	}
+}
