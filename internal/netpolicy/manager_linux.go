@@ -278,6 +278,27 @@ func (m *Manager) enableForwarding() error {
 	return nil
 }
 
+// sandboxSysctls are set in every sandbox's netns. A container sandbox's
+// root is root of its own user namespace only, which does not own the netns,
+// so CAP_NET_BIND_SERVICE and CAP_NET_RAW do not count there: every account
+// may bind ports below 1024 and send ICMP echo (ping sockets) instead, as in
+// Docker.
+var sandboxSysctls = map[string]string{
+	"net/ipv4/ip_unprivileged_port_start": "0",
+	"net/ipv4/ping_group_range":           "0 2147483647",
+}
+
+// writeSysctls writes /proc/sys values, in the calling thread's netns for
+// net/ ones.
+func writeSysctls(kv map[string]string) error {
+	for k, v := range kv {
+		if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil {
+			return fmt.Errorf("sysctl %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
 // createNetns creates a named network namespace like `ip netns add`. The
 // work happens on a locked thread that is thrown away if it cannot return to
 // the original namespace.
@@ -298,6 +319,12 @@ func createNetns(name string) error {
 			return
 		}
 		ns.Close()
+		if err := writeSysctls(sandboxSysctls); err != nil { // in the new netns: this thread is there
+			errc <- fmt.Errorf("netns %s: %w", name, err)
+			_ = netns.Set(orig)
+			_ = deleteNetns(name)
+			return
+		}
 		if err := netns.Set(orig); err != nil {
 			errc <- fmt.Errorf("back to host netns: %w", err)
 			return

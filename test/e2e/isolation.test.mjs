@@ -314,3 +314,45 @@ test('kernel: a microVM has its own, a container shares the host\'s', { timeout:
   assert.equal(pci.trim(), '0', 'the guest sees PCI devices')
   assert.deepEqual(devs.filter(Boolean), [], 'host devices visible in the guest')
 })
+
+// Root inside a container sandbox is root of its own user namespace only:
+// outside it is an unprivileged host ID, a different one per sandbox, and
+// the sandbox's processes show up on the host under that ID.
+test('users: root inside a container is an unprivileged host ID of its own', { timeout: 120_000 }, async () => {
+  if (process.env.MOAT_E2E_RUNTIME === 'vm') return // a guest kernel has its own IDs
+  const maps = await Promise.all([A, B].map(async (s) => {
+    const r = await run(s, 'id -u; cat /proc/self/uid_map', { user: 'root' })
+    const [uid, map] = r.stdout.trim().split('\n')
+    assert.equal(uid, '0')
+    const [inside, host, size] = map.trim().split(/\s+/).map(Number)
+    assert.equal(inside, 0)
+    assert.ok(host >= 2 ** 30 && size === 65536, `uid_map ${map}`)
+    return host
+  }))
+  assert.notEqual(maps[0], maps[1], 'two sandboxes share host IDs')
+  // The host sees A's sleep under A's host ID, not root.
+  const tag = `moat-uid-${randomUUID()}`
+  await run(A, `bash -c 'exec -a ${tag} sleep 60' >/dev/null 2>&1 &`, { user: 'root' })
+  let owner
+  for (const deadline = Date.now() + 10_000; owner === undefined && Date.now() < deadline; await sleep(200)) {
+    for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+      try {
+        if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith(tag)) {
+          owner = Number(readFileSync(`/proc/${pid}/status`, 'utf8').match(/^Uid:\s+(\d+)/m)[1])
+        }
+      } catch { /* gone meanwhile */ }
+    }
+  }
+  assert.equal(owner, maps[0], 'root inside runs as the sandbox\'s host ID')
+})
+
+// Root may serve on port 80 in every runtime. In a container, root's
+// CAP_NET_BIND_SERVICE does not count in the host-owned network namespace, so
+// the namespace lets every account bind ports below 1024 (as Docker does).
+test('network: root (and in a container every account) can serve on port 80', { timeout: 120_000 }, async () => {
+  const bind = (port) => `python3 -c "import socket; s=socket.socket(); s.bind(('0.0.0.0', ${port})); print('bound')"`
+  assert.equal((await run(A, bind(80), { user: 'root' })).stdout, 'bound\n')
+  if (process.env.MOAT_E2E_RUNTIME !== 'vm') {
+    assert.equal((await run(A, bind(81), { user: 'user' })).stdout, 'bound\n')
+  }
+})

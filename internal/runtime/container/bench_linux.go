@@ -37,7 +37,7 @@ func BareRun(ctx context.Context, rootfsDir string, args ...string) (time.Durati
 			Capabilities: &specs.LinuxCapabilities{Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps},
 		},
 		Hostname: "bare",
-		Mounts:   defaultMounts(),
+		Mounts:   defaultMounts(""),
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.MountNamespace}, {Type: specs.PIDNamespace}, {Type: specs.IPCNamespace},

@@ -144,6 +144,11 @@ func newTestRuntime(t testing.TB, oci string) *Runtime {
 	t.Cleanup(func() { _ = os.WriteFile("/proc/sys/net/ipv4/ip_forward", fwd, 0o644) })
 	stateRoot := filepath.Join("/run", testScope+"-"+newID())
 	dataDir := t.TempDir()
+	// testing's per-test parent of TempDirs is 0700; the sandboxes' roots
+	// must traverse it (see traversable).
+	if err := os.Chmod(filepath.Dir(dataDir), 0o711); err != nil {
+		t.Fatal(err)
+	}
 	r, err := New(context.Background(), runtime.Config{DataDir: dataDir, Logger: log},
 		WithOCIRuntime(oci), WithStateRoot(stateRoot), WithCgroupParent(testCgroups), WithNetwork(np))
 	if err != nil {

@@ -1,13 +1,15 @@
 // Package container is the "container" runtime backend: each sandbox is an
 // OCI container (crun or runc) on an overlayfs copy-on-write view of the
 // template root filesystem, in its own network namespace from netpolicy, with
-// cgroup limits, a Docker-like capability set, no_new_privs and a seccomp
+// cgroup limits, a user namespace mapping its IDs to a host range of its own
+// (package idmap), a Docker-like capability set, no_new_privs and a seccomp
 // denylist. It shares the host kernel: the fastest and weakest isolation level.
 //
 // Host objects per sandbox, all named after its ID:
 //
-//	<DataDir>/sandboxes/<id>/{upper,work,rootfs,config.json,envd.log,pid}
-//	overlay mount on …/rootfs
+//	<DataDir>/sandboxes/<id>/{upper,work,lower,rootfs,sys,idmap,config.json,envd.log,pid}
+//	idmapped template mount on …/lower, overlay mount on …/rootfs,
+//	sysfs of the sandbox's netns on …/sys
 //	container "moat-<id>" in the OCI state root (default /run/moat/<runc|crun>)
 //	cgroups /sys/fs/cgroup/<controller>/moat/<id>
 //	netns, veth and nftables set member (see netpolicy)

@@ -1,15 +1,20 @@
 package container
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/runtime"
 )
 
@@ -63,6 +68,47 @@ func TestIsolation(t *testing.T) {
 			t.Error("write reached the template")
 		}
 	})
+	t.Run("root inside is an unprivileged host ID of its own", func(t *testing.T) {
+		ra, err := idmap.Read(r.dir(a.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb, _ := idmap.Read(r.dir(b.ID))
+		ua, ub := statusIDs(t, readFile(t, fmt.Sprintf("/proc/%d/status", a.PID))), statusIDs(t, readFile(t, fmt.Sprintf("/proc/%d/status", b.PID)))
+		if ua != ra.Root() || ub != rb.Root() || ua == ub || ua < idmap.FirstHost || ub < idmap.FirstHost {
+			t.Fatalf("envd runs as host uid %d and %d; ranges %d and %d", ua, ub, ra.Root(), rb.Root())
+		}
+		if code, out, err := probe(a, "read", url.Values{"path": {"/proc/1/status"}}, time.Second); err != nil || code != 200 || statusIDs(t, out) != 0 {
+			t.Fatalf("inside, envd is not root: %d %v %q", code, err, out)
+		}
+		if code, _, err := probe(a, "write", url.Values{"path": {"/tmp/owned"}, "data": {"a"}}, time.Second); err != nil || code != 200 {
+			t.Fatalf("write: %d %v", code, err)
+		}
+		fi, err := os.Stat(filepath.Join(r.dir(a.ID), "upper", "tmp", "owned"))
+		if err != nil || int(fi.Sys().(*syscall.Stat_t).Uid) != ra.Root() {
+			t.Fatalf("a file root wrote inside is owned on the host by %v (%v), want %d", fi.Sys(), err, ra.Root())
+		}
+	})
+	t.Run("every account may bind ports below 1024", func(t *testing.T) {
+		// root inside lacks CAP_NET_BIND_SERVICE in the host-owned netns;
+		// the netns's ip_unprivileged_port_start makes up for it.
+		for _, user := range []string{"0:0", "1000:1000"} {
+			port := map[string]string{"0:0": "80", "1000:1000": "81"}[user]
+			out, err := r.oci.command(context.Background(), "exec", "--user", user, r.containerName(a.ID), "busybox", "httpd", "-p", port, "-h", "/").CombinedOutput()
+			if err != nil {
+				t.Errorf("user %s: httpd on port %s: %v %s", user, port, err, out)
+			}
+		}
+	})
+	t.Run("sysfs shows the sandbox's network devices only", func(t *testing.T) {
+		out, err := execIn(r, a.ID, "ls", "/sys/class/net")
+		if got := strings.Fields(out); err != nil || !slices.Equal(got, []string{"eth0", "lo"}) {
+			t.Errorf("/sys/class/net: %q %v", out, err)
+		}
+		if out, err := execIn(r, a.ID, "touch", "/sys/kernel/x"); err == nil {
+			t.Errorf("/sys is writable: %s", out)
+		}
+	})
 	t.Run("host files invisible", func(t *testing.T) {
 		secret := filepath.Join("/root", "moat-secret-"+a.ID)
 		if err := os.WriteFile(secret, []byte("s"), 0o600); err != nil {
@@ -91,6 +137,22 @@ func TestIsolation(t *testing.T) {
 			t.Errorf("/etc/hosts: %q", out)
 		}
 	})
+}
+
+// statusIDs returns the real uid on the Uid: line of a /proc/<pid>/status.
+func statusIDs(t *testing.T, status string) int {
+	t.Helper()
+	for _, line := range strings.Split(status, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+			n, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatalf("bad Uid line %q", line)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no Uid line in %q", status)
+	return -1
 }
 
 func listenHost(t *testing.T, addr string) int {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/moatsh/moat/internal/cgroups"
+	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/runtime"
 )
 
@@ -49,9 +51,12 @@ func TestLifecycle(t *testing.T) {
 				t.Errorf("stats = %+v, %v", st, err)
 			}
 
-			// The pids limit holds: 40 background sleeps cannot all fork.
-			out, _ := execIn(r, h.ID, "sh", "-c", "for i in $(seq 1 40); do sleep 2 & done; echo spawned")
-			if !strings.Contains(out, "fork") {
+			// The pids limit holds: 40 background sleeps cannot all fork. The
+			// shell joins the sandbox's pids cgroup from the host: runc 1.1
+			// cannot exec into a user namespace that does not own the netns.
+			procs := filepath.Join(cgroups.Root, "pids", testCgroups, h.ID, "cgroup.procs")
+			out, _ := exec.Command("sh", "-c", "echo $$ > "+procs+" && for i in $(seq 1 40); do sleep 2 & done; echo spawned").CombinedOutput()
+			if !strings.Contains(string(out), "fork") {
 				t.Errorf("40 processes under pids.max=32 all started: %q", out)
 			}
 			if st, _ := cgroups.ReadStats(testCgroups + "/" + h.ID); st.Pids > 32 {
@@ -142,12 +147,12 @@ func TestRecover(t *testing.T) {
 	// A leftover directory with a mounted overlay and no container.
 	stray := newID()
 	dir := r1.dir(stray)
-	for _, d := range []string{"upper", "work", "rootfs"} {
+	for _, d := range []string{"upper", "work", "lower", "rootfs", "sys"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := mountOverlay(testRootfs, dir); err != nil {
+	if err := mountRootfs(testRootfs, dir, idmap.Range{Host: idmap.FirstHost}); err != nil {
 		t.Fatal(err)
 	}
 

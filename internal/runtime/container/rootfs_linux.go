@@ -10,17 +10,30 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"time"
 
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/runtime"
 )
 
-// mountOverlay mounts the template (read-only lower layer) with the
-// sandbox's upper and work dirs on <dir>/rootfs.
-func mountOverlay(lower, dir string) error {
+// mountRootfs mounts the template's idmapped view on <dir>/lower and, on
+// <dir>/rootfs, an overlay of it (read-only lower layer) with the sandbox's
+// upper and work dirs, which belong to the sandbox's root.
+func mountRootfs(template, dir string, ids idmap.Range) error {
+	for _, d := range []string{"upper", "work"} {
+		if err := os.Chown(filepath.Join(dir, d), ids.Root(), ids.Root()); err != nil {
+			return err
+		}
+	}
+	lower := filepath.Join(dir, "lower")
+	if err := idmap.Mount(template, lower, ids); err != nil {
+		return err
+	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s",
 		lower, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
 	if err := unix.Mount("overlay", filepath.Join(dir, "rootfs"), "overlay", 0, opts); err != nil {
@@ -29,9 +42,59 @@ func mountOverlay(lower, dir string) error {
 	return nil
 }
 
-// unmountRootfs unmounts <dir>/rootfs, lazily when busy; not mounted is fine.
+// mounts are the mount points in a sandbox dir, in unmount order.
+var mounts = []string{"rootfs", "lower", "sys"}
+
+// unmountRootfs unmounts <dir>/rootfs, <dir>/lower and <dir>/sys.
 func unmountRootfs(dir string) error {
-	p := filepath.Join(dir, "rootfs")
+	for _, m := range mounts {
+		if err := unmount(filepath.Join(dir, m)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mountSysfs mounts, read-only on target, a sysfs of the network namespace
+// at nsPath (its /sys/class/net lists only that namespace's devices). The
+// mount is made on a thread that enters the netns and is thrown away if it
+// cannot return.
+func mountSysfs(nsPath, target string) error {
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread() // no unlock on failure: the thread dies with the goroutine
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- fmt.Errorf("current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		ns, err := netns.GetFromPath(nsPath)
+		if err != nil {
+			errc <- fmt.Errorf("open netns %s: %w", nsPath, err)
+			return
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			errc <- fmt.Errorf("enter netns %s: %w", nsPath, err)
+			return
+		}
+		merr := unix.Mount("sysfs", target, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+		if err := netns.Set(orig); err != nil {
+			errc <- errors.Join(merr, fmt.Errorf("back to host netns: %w", err))
+			return
+		}
+		goruntime.UnlockOSThread()
+		if merr != nil {
+			merr = fmt.Errorf("mount sysfs on %s: %w", target, merr)
+		}
+		errc <- merr
+	}()
+	return <-errc
+}
+
+// unmount unmounts p, lazily when busy; not mounted is fine.
+func unmount(p string) error {
 	for i := 0; i < 3; i++ {
 		err := unix.Unmount(p, 0)
 		switch {
@@ -54,11 +117,13 @@ func unmountRootfs(dir string) error {
 	return nil
 }
 
-// removeDir deletes the sandbox directory, refusing while rootfs is still a
-// mount point (RemoveAll would otherwise walk into the template).
+// removeDir deletes the sandbox directory, refusing while one of mounts
+// is still a mount point (RemoveAll would otherwise walk into the template).
 func removeDir(dir string) error {
-	if mounted, _ := isMountPoint(filepath.Join(dir, "rootfs")); mounted {
-		return fmt.Errorf("remove %s: rootfs still mounted", dir)
+	for _, m := range mounts {
+		if mounted, _ := isMountPoint(filepath.Join(dir, m)); mounted {
+			return fmt.Errorf("remove %s: %s still mounted", dir, m)
+		}
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)
@@ -87,14 +152,18 @@ func unescapeMount(s string) string {
 	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
 }
 
-// writeEtc puts /etc/hosts, /etc/hostname and /etc/resolv.conf in the upper dir.
-func writeEtc(upper string, spec runtime.Spec, addr netip.Addr) error {
+// writeEtc puts /etc/hosts, /etc/hostname and /etc/resolv.conf in the upper
+// dir, owned by the sandbox's root.
+func writeEtc(upper string, spec runtime.Spec, addr netip.Addr, ids idmap.Range) error {
 	hostname := spec.Hostname
 	if hostname == "" {
 		hostname = "sandbox"
 	}
 	etc := filepath.Join(upper, "etc")
-	if err := os.MkdirAll(etc, 0o755); err != nil {
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chown(etc, ids.Root(), ids.Root()); err != nil {
 		return err
 	}
 	files := map[string]string{
@@ -103,8 +172,12 @@ func writeEtc(upper string, spec runtime.Spec, addr netip.Addr) error {
 		"resolv.conf": resolvConf(),
 	}
 	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
+		p := filepath.Join(etc, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 			return fmt.Errorf("write /etc/%s: %w", name, err)
+		}
+		if err := os.Chown(p, ids.Root(), ids.Root()); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/cleanup"
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
 )
@@ -73,6 +74,7 @@ type Runtime struct {
 	oci     *oci
 	others  []*oci // the other OCI runtime in its default root, for Recover only
 	net     *netpolicy.Manager
+	ids     *idmap.Allocator // each sandbox's host ID range, recorded in its dir
 
 	boxes runtime.Boxes[sandbox]
 }
@@ -102,7 +104,10 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("container runtime: needs root (namespaces, cgroups, mounts): %w", errdefs.ErrPermissionDenied)
 	}
-	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o}
+	if err := traversable(filepath.Join(cfg.DataDir, "sandboxes")); err != nil {
+		return nil, fmt.Errorf("container runtime: %w", err)
+	}
+	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o, ids: idmap.NewAllocator(filepath.Join(cfg.DataDir, "sandboxes"))}
 	probeRoot := o.stateRoot
 	if probeRoot == "" {
 		probeRoot = "/run/moat"
@@ -123,6 +128,34 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 		}
 	}
 	return r, nil
+}
+
+// traversable creates dir and makes sure that every account may traverse it
+// and its parents (o+x, not read): the sandboxes' roots are unprivileged host
+// IDs that must reach their own directories. dir and its parent get o+x;
+// an ancestor without it is an error, not changed.
+func traversable(dir string) error {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return err
+	}
+	for i, p := 0, dir; ; i, p = i+1, filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			if i > 1 {
+				return fmt.Errorf("%s is not searchable by other users (chmod o+x), which sandboxes in user namespaces need to reach %s: %w",
+					p, dir, errdefs.ErrFailedPrecondition)
+			}
+			if err := os.Chmod(p, fi.Mode().Perm()|0o001); err != nil {
+				return err
+			}
+		}
+		if p == "/" || p == "." {
+			return nil
+		}
+	}
 }
 
 // Name implements runtime.Runtime.
@@ -202,31 +235,44 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanup.
 	if _, err := os.Stat(dir); err == nil {
 		return nil, fmt.Errorf("sandbox %s: %s exists: %w", id, dir, errdefs.ErrAlreadyExists)
 	}
-	// The sandbox dir keeps host users out; inside it, upper becomes the
-	// attributes of the sandbox's "/", which every account must traverse.
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// The sandbox dir belongs to the sandbox's root (the OCI runtime reaches
+	// rootfs as that user) and keeps everyone else out; inside it, upper
+	// becomes the attributes of the sandbox's "/", which every account must
+	// traverse.
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	for _, d := range []string{"upper", "work", "rootfs"} {
+	undo.Push(func() error { return removeDir(dir) })
+	for _, d := range []string{"upper", "work", "lower", "rootfs", "sys"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("sandbox %s: %w", id, err)
 		}
 	}
-	undo.Push(func() error { return removeDir(dir) })
+	ids, err := r.ids.Allocate(dir)
+	if err == nil {
+		err = os.Chown(dir, ids.Root(), ids.Root())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
 	n, err := r.net.Setup(ctx, id, spec.AllowInternet)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
 	// Written to the upper dir before mounting, never through the template's symlinks.
-	if err := writeEtc(filepath.Join(dir, "upper"), spec, n.SandboxAddr); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	if err := mountOverlay(spec.RootfsDir, dir); err != nil {
+	if err := writeEtc(filepath.Join(dir, "upper"), spec, n.SandboxAddr, ids); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	undo.Push(func() error { return unmountRootfs(dir) })
-	if err := writeJSON(filepath.Join(dir, "config.json"), ociSpec(spec, n.NSPath, r.cgroupsPath(id))); err != nil {
+	if err := mountRootfs(spec.RootfsDir, dir, ids); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	sysDir := filepath.Join(dir, "sys")
+	if err := mountSysfs(n.NSPath, sysDir); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	if err := writeJSON(filepath.Join(dir, "config.json"), ociSpec(spec, n.NSPath, r.cgroupsPath(id), sysDir, ids)); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	return n, nil

@@ -4,6 +4,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/runtime"
 )
 
@@ -67,13 +68,19 @@ func seccompProfile() *specs.LinuxSeccomp {
 // ociSpec builds the bundle config for a sandbox.
 //
 // Choices worth knowing:
-//   - No user namespace: the template rootfs is owned by host root, and runc
-//     1.1 cannot idmap it; making it work needs a chowned copy per template.
-//     Root inside is host root minus capabilities, seccomp and no_new_privs.
+//   - A user namespace maps IDs 0..65535 inside to the sandbox's own host
+//     range (ids, see package idmap): root inside is an unprivileged ID
+//     outside, unlike any other sandbox's. The capabilities below are
+//     capabilities in that namespace only; the network namespace belongs to
+//     the host's, so no network configuration is possible inside.
 //   - NoNewPrivileges is true: setuid binaries (sudo, su) inside cannot gain
 //     privileges. envd starts processes as any user itself, so the SDK's
 //     "user" and "root" users both work without sudo.
-func ociSpec(s runtime.Spec, nsPath, cgroupsPath string) *specs.Spec {
+//   - /sys is a bind of sysDir, a sysfs mounted from the sandbox's netns on
+//     the host (mountSysfs): a sysfs mount inside needs a netns the user
+//     namespace owns, and a bind of the host's /sys would show the host's
+//     network devices.
+func ociSpec(s runtime.Spec, nsPath, cgroupsPath, sysDir string, ids idmap.Range) *specs.Spec {
 	hostname := s.Hostname
 	if hostname == "" {
 		hostname = "sandbox"
@@ -99,13 +106,15 @@ func ociSpec(s runtime.Spec, nsPath, cgroupsPath string) *specs.Spec {
 			Rlimits:         nofile(),
 			NoNewPrivileges: true,
 		},
-		Mounts: defaultMounts(),
+		Mounts: defaultMounts(sysDir),
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.MountNamespace}, {Type: specs.PIDNamespace}, {Type: specs.IPCNamespace},
-				{Type: specs.UTSNamespace}, {Type: specs.CgroupNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.CgroupNamespace}, {Type: specs.UserNamespace},
 				{Type: specs.NetworkNamespace, Path: nsPath},
 			},
+			UIDMappings: ids.Mappings(),
+			GIDMappings: ids.Mappings(),
 			CgroupsPath: cgroupsPath,
 			Resources:   resources(s),
 			MaskedPaths: []string{
@@ -121,14 +130,20 @@ func ociSpec(s runtime.Spec, nsPath, cgroupsPath string) *specs.Spec {
 	}
 }
 
-func defaultMounts() []specs.Mount {
+// defaultMounts are a sandbox's kernel filesystems; /sys is a bind of
+// sysDir, or a plain sysfs when sysDir is empty (no user namespace).
+func defaultMounts(sysDir string) []specs.Mount {
+	sys := specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}}
+	if sysDir != "" {
+		sys = specs.Mount{Destination: "/sys", Type: "bind", Source: sysDir, Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}}
+	}
 	return []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		sys,
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
 	}
 }

@@ -1,17 +1,23 @@
 package container
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/runtime"
 )
 
 func TestOCISpec(t *testing.T) {
 	spec := ociSpec(runtime.Spec{ID: "iabc", TemplateID: "base", VCPUs: 2, MemoryMiB: 256, Pids: 100},
-		"/run/netns/moat-iabc", "/moat/iabc")
+		"/run/netns/moat-iabc", "/moat/iabc", "/data/sandboxes/iabc/sys", idmap.Range{Host: idmap.FirstHost + idmap.Size})
 	denied := map[string]bool{}
 	for _, s := range spec.Linux.Seccomp.Syscalls {
 		if len(s.Args) == 0 && s.Action == specs.ActErrno {
@@ -38,8 +44,10 @@ func TestOCISpec(t *testing.T) {
 		{"CAP_NET_BIND_SERVICE", slices.Contains(spec.Process.Capabilities.Effective, "CAP_NET_BIND_SERVICE")},
 		{"netns path", nsPath[specs.NetworkNamespace] == "/run/netns/moat-iabc"},
 		{"pid namespace", func() bool { _, ok := nsPath[specs.PIDNamespace]; return ok }()},
+		{"user namespace", func() bool { p, ok := nsPath[specs.UserNamespace]; return ok && p == "" }()},
+		{"uid map", slices.Equal(spec.Linux.UIDMappings, []specs.LinuxIDMapping{{ContainerID: 0, HostID: idmap.FirstHost + idmap.Size, Size: idmap.Size}})},
+		{"gid map", slices.Equal(spec.Linux.GIDMappings, spec.Linux.UIDMappings)},
 		{"cgroup namespace", func() bool { _, ok := nsPath[specs.CgroupNamespace]; return ok }()},
-		{"no user namespace", func() bool { _, ok := nsPath[specs.UserNamespace]; return !ok }()},
 		{"cgroups path", spec.Linux.CgroupsPath == "/moat/iabc"},
 		{"memory limit", *spec.Linux.Resources.Memory.Limit == 256<<20},
 		{"no swap", *spec.Linux.Resources.Memory.Swap == 256<<20},
@@ -66,5 +74,44 @@ func TestResourcesUnlimited(t *testing.T) {
 	r := resources(runtime.Spec{})
 	if r.Memory != nil || r.Pids != nil || r.CPU != nil {
 		t.Fatalf("zero spec set limits: %+v", r)
+	}
+}
+
+func TestTraversable(t *testing.T) {
+	base := t.TempDir()
+	for _, p := range []string{filepath.Dir(base), base} { // testing makes them 0700
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk := func(p string, mode os.FileMode) string {
+		t.Helper()
+		if err := os.MkdirAll(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// The data dir and its sandboxes dir are made searchable...
+	data := mk(filepath.Join(mk(filepath.Join(base, "ok"), 0o755), "data"), 0o700)
+	if err := traversable(filepath.Join(data, "sandboxes")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{data, filepath.Join(data, "sandboxes")} {
+		if fi, _ := os.Stat(p); fi.Mode().Perm()&0o001 == 0 {
+			t.Errorf("%s is %v, want o+x", p, fi.Mode().Perm())
+		}
+	}
+	// ...but a closed ancestor is reported, not changed.
+	closed := mk(filepath.Join(base, "closed"), 0o700)
+	data = mk(filepath.Join(mk(filepath.Join(closed, "x"), 0o755), "data"), 0o755)
+	err := traversable(filepath.Join(data, "sandboxes"))
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), closed+" is not searchable") {
+		t.Fatalf("closed ancestor: %v", err)
+	}
+	if fi, _ := os.Stat(closed); fi.Mode().Perm() != 0o700 {
+		t.Errorf("ancestor changed to %v", fi.Mode().Perm())
 	}
 }

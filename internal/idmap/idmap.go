@@ -1,0 +1,99 @@
+package idmap
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Size is how many IDs a sandbox gets: 0..Size-1 inside.
+const Size = 1 << 16
+
+// FirstHost is the first host ID handed out; the ranges stay clear of the
+// IDs of host accounts and of /etc/subuid's usual 100000+ ranges.
+const FirstHost = 1 << 30
+
+// maxSlots keeps every range below 2^32-1 (the invalid ID).
+const maxSlots = (1<<32 - FirstHost) / Size
+
+// Range maps IDs 0..Size-1 inside a sandbox to Host..Host+Size-1 outside.
+type Range struct {
+	Host uint32
+}
+
+// Root is the host ID of root inside the sandbox.
+func (r Range) Root() int { return int(r.Host) }
+
+// Mappings is the range as an OCI uidMappings/gidMappings list.
+func (r Range) Mappings() []specs.LinuxIDMapping {
+	return []specs.LinuxIDMapping{{ContainerID: 0, HostID: r.Host, Size: Size}}
+}
+
+// Contains reports whether the host ID id belongs to the range.
+func (r Range) Contains(id uint32) bool { return id >= r.Host && id-r.Host < Size }
+
+// fileName is where a sandbox directory records its range.
+const fileName = "idmap"
+
+// Allocator hands out ranges to sandbox directories under one parent
+// directory, recording each in <dir>/idmap so that a restarted server (or
+// Recover) sees which ranges are taken. Safe for concurrent use.
+type Allocator struct {
+	mu     sync.Mutex
+	parent string
+}
+
+// NewAllocator allocates for the sandbox directories under parent.
+func NewAllocator(parent string) *Allocator { return &Allocator{parent: parent} }
+
+// Allocate picks the lowest free range and records it in dir (a direct child
+// of the parent, which must exist). Ranges are freed by removing dir.
+func (a *Allocator) Allocate(dir string) (Range, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	entries, err := os.ReadDir(a.parent)
+	if err != nil {
+		return Range{}, fmt.Errorf("idmap: %w", err)
+	}
+	used := map[uint32]bool{}
+	for _, e := range entries {
+		if r, err := Read(filepath.Join(a.parent, e.Name())); err == nil {
+			used[r.Host] = true
+		}
+	}
+	for slot := range uint32(maxSlots) {
+		r := Range{Host: FirstHost + slot*Size}
+		if used[r.Host] {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, fileName), []byte(strconv.FormatUint(uint64(r.Host), 10)+"\n"), 0o600); err != nil {
+			return Range{}, fmt.Errorf("idmap: record range: %w", err)
+		}
+		return r, nil
+	}
+	return Range{}, errors.New("idmap: every ID range is in use")
+}
+
+// Read returns the range recorded in dir.
+func Read(dir string) (Range, error) {
+	b, err := os.ReadFile(filepath.Join(dir, fileName))
+	if err != nil {
+		return Range{}, err
+	}
+	return Parse(strings.TrimSpace(string(b)))
+}
+
+// Parse reads a range's first host ID, refusing what Allocate never writes.
+func Parse(s string) (Range, error) {
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || n < FirstHost || (n-FirstHost)%Size != 0 || (n-FirstHost)/Size >= maxSlots {
+		return Range{}, fmt.Errorf("idmap: bad range %q", s)
+	}
+	return Range{Host: uint32(n)}, nil
+}
