@@ -7,7 +7,8 @@
 #   3. the microVM pause/resume benchmark (256 MiB, 1 GiB, 2 GiB against
 #      plain migrate-to-file; prints a table; ~4 minutes)
 #   4. the end-to-end suites in test/e2e with the official e2b npm SDK
-#   5. a final host leak check (no moat containers, netns, veths, mounts left)
+#   5. a final host leak check (no moat containers, netns, veths, mounts,
+#      loop devices left)
 #
 # Environment:
 #   MOAT_CI_DATA_DIR    test data dir (default /var/lib/moat-ci)
@@ -105,6 +106,7 @@ leaks="$(
     ip netns list 2>/dev/null | grep -E '^moat-[a-z0-9]+( |$)'
     ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^mh' 
     grep -E "$MOAT_DATA_DIR/sandboxes/" /proc/self/mountinfo
+    grep -sH "$MOAT_DATA_DIR/sandboxes/" /sys/block/loop*/loop/backing_file
     [ -d "$MOAT_DATA_DIR/sandboxes" ] && find "$MOAT_DATA_DIR/sandboxes" -mindepth 1 -maxdepth 1
     [ -d "$MOAT_DATA_DIR/vm/sandboxes" ] && find "$MOAT_DATA_DIR/vm/sandboxes" -mindepth 1 -maxdepth 1
     pgrep -af 'qemu-system.* -name moat-'

@@ -299,10 +299,45 @@ func writeSysctls(kv map[string]string) error {
 	return nil
 }
 
-// createNetns creates a named network namespace like `ip netns add`. The
-// work happens on a locked thread that is thrown away if it cannot return to
-// the original namespace.
+// createNetns creates a named network namespace like `ip netns add` and
+// sets sandboxSysctls in it.
 func createNetns(name string) error {
+	err := onThread(func() error {
+		ns, err := netns.NewNamed(name) // enters it
+		if err != nil {
+			_ = os.Remove(filepath.Join(netnsDir, name))
+			return err
+		}
+		return ns.Close()
+	}, func() error { return writeSysctls(sandboxSysctls) })
+	if err != nil {
+		_ = deleteNetns(name)
+		return fmt.Errorf("netns %s: %w", name, err)
+	}
+	return nil
+}
+
+// InNetns runs fn on an OS thread that has entered the network namespace
+// at nsPath (for what only a thread inside can do: mount its sysfs, write
+// its sysctls).
+func InNetns(nsPath string, fn func() error) error {
+	return onThread(func() error {
+		ns, err := netns.GetFromPath(nsPath)
+		if err != nil {
+			return fmt.Errorf("open netns %s: %w", nsPath, err)
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			return fmt.Errorf("enter netns %s: %w", nsPath, err)
+		}
+		return nil
+	}, fn)
+}
+
+// onThread runs enter, then (if it succeeded) fn, on a locked OS thread,
+// then returns the thread to its original netns. A thread that cannot
+// return is thrown away with its goroutine.
+func onThread(enter, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		goruntime.LockOSThread() // no unlock on failure: the thread dies with the goroutine
@@ -312,25 +347,16 @@ func createNetns(name string) error {
 			return
 		}
 		defer orig.Close()
-		ns, err := netns.NewNamed(name)
-		if err != nil {
-			_ = os.Remove(filepath.Join(netnsDir, name))
-			errc <- fmt.Errorf("netns %s: %w", name, err)
-			return
+		err = enter()
+		if err == nil {
+			err = fn()
 		}
-		ns.Close()
-		if err := writeSysctls(sandboxSysctls); err != nil { // in the new netns: this thread is there
-			errc <- fmt.Errorf("netns %s: %w", name, err)
-			_ = netns.Set(orig)
-			_ = deleteNetns(name)
-			return
-		}
-		if err := netns.Set(orig); err != nil {
-			errc <- fmt.Errorf("back to host netns: %w", err)
+		if serr := netns.Set(orig); serr != nil {
+			errc <- errors.Join(err, fmt.Errorf("back to host netns: %w", serr))
 			return
 		}
 		goruntime.UnlockOSThread()
-		errc <- nil
+		errc <- err
 	}()
 	return <-errc
 }

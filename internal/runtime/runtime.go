@@ -22,7 +22,7 @@ type Spec struct {
 
 	VCPUs         int  // CPU limit in cores
 	MemoryMiB     int  // memory limit
-	DiskMiB       int  // writable layer limit (best effort on backends without quotas)
+	DiskMiB       int  // writable layer limit: the container backend enforces it (0 = none), the vm backend sizes the disk from the template
 	Pids          int  // process limit
 	AllowInternet bool // egress beyond the host (never to the host or other sandboxes)
 	Hostname      string

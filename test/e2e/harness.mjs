@@ -347,6 +347,12 @@ export async function leftovers(ids, { dir = dataDir } = {}) {
     for (const id of ids) if (name && name.includes(id.slice(0, 6))) out.push(`link: ${name}`)
   }
   for (const p of findCgroupDirs(ids)) out.push(`cgroup: ${p}`)
+  // Loop devices carry a container sandbox's disk image (its path has the ID).
+  for (const dev of existsSync('/sys/block') ? readdirSync('/sys/block').filter((d) => d.startsWith('loop')) : []) {
+    let backing = ''
+    try { backing = readFileSync(`/sys/block/${dev}/loop/backing_file`, 'utf8') } catch { continue }
+    for (const id of ids) if (backing.includes(id)) out.push(`loop: ${dev} ${backing.trim()}`)
+  }
   for (const id of ids) {
     for (const p of [path.join(dir, 'sandboxes', id), path.join(dir, 'vm', 'sandboxes', id)]) {
       if (existsSync(p)) out.push(`dir: ${p}`)

@@ -5,11 +5,11 @@ import { test, before } from 'node:test'
 import assert from 'node:assert/strict'
 import http from 'node:http'
 import { randomUUID } from 'node:crypto'
-import { writeFileSync, existsSync, rmSync, readFileSync, statSync, readdirSync } from 'node:fs'
+import { writeFileSync, existsSync, rmSync, readFileSync, statSync, readdirSync, statfsSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 
-import { useServer, createSandbox, within, sleep, run, hostPrimaryIPv4, moatBin, repoRoot } from './harness.mjs'
+import { useServer, createSandbox, within, sleep, run, hostPrimaryIPv4, moatBin, repoRoot, dataDir } from './harness.mjs'
 
 const srv = useServer()
 
@@ -355,4 +355,19 @@ test('network: root (and in a container every account) can serve on port 80', { 
   if (process.env.MOAT_E2E_RUNTIME !== 'vm') {
     assert.equal((await run(A, bind(81), { user: 'user' })).stdout, 'bound\n')
   }
+})
+
+// Filling the disk stops at the sandbox's own quota (a container's writable
+// layer is a filesystem of its own; a microVM has its own disk) and leaves
+// the host's disk alone.
+test('disk: a sandbox cannot fill the host\'s disk', { timeout: 180_000 }, async () => {
+  const free = () => { const s = statfsSync(dataDir); return s.bavail * s.bsize }
+  const before = free()
+  const fill = await run(A, 'dd if=/dev/zero of=/home/user/fill bs=1M count=100 2>&1 | tail -1; sync; stat -c %s /home/user/fill', { user: 'user' })
+  assert.match(fill.stdout, /^104857600$/m, `100 MiB did not fit: ${fill.stdout}`)
+  const big = await run(A, 'fallocate -l 64G /home/user/big; df -m / | tail -1', { user: 'user' })
+  assert.match(big.stdout + big.stderr, /No space left/, `a 64 GiB file fit: ${big.stdout}`)
+  const lost = before - free()
+  assert.ok(lost < 1024 * 2 ** 20, `the host's disk lost ${Math.round(lost / 2 ** 20)} MiB`)
+  assert.equal((await run(A, 'rm -f /home/user/big /home/user/fill; echo ok', { user: 'user' })).stdout, 'ok\n')
 })

@@ -7,9 +7,10 @@
 //
 // Host objects per sandbox, all named after its ID:
 //
-//	<DataDir>/sandboxes/<id>/{upper,work,lower,rootfs,sys,idmap,config.json,envd.log,pid}
-//	idmapped template mount on …/lower, overlay mount on …/rootfs,
-//	sysfs of the sandbox's netns on …/sys
+//	<DataDir>/sandboxes/<id>/{disk/{upper,work},lower,rootfs,sys,disk.img,idmap,config.json,envd.log,pid}
+//	ext4 of disk.img on …/disk (a loop device that detaches on unmount; only
+//	with a disk quota), idmapped template mount on …/lower, overlay mount on
+//	…/rootfs, sysfs of the sandbox's netns on …/sys
 //	container "moat-<id>" in the OCI state root (default /run/moat/<runc|crun>)
 //	cgroups /sys/fs/cgroup/<controller>/moat/<id>
 //	netns, veth and nftables set member (see netpolicy)

@@ -84,7 +84,7 @@ func TestIsolation(t *testing.T) {
 		if code, _, err := probe(a, "write", url.Values{"path": {"/tmp/owned"}, "data": {"a"}}, time.Second); err != nil || code != 200 {
 			t.Fatalf("write: %d %v", code, err)
 		}
-		fi, err := os.Stat(filepath.Join(r.dir(a.ID), "upper", "tmp", "owned"))
+		fi, err := os.Stat(filepath.Join(r.dir(a.ID), "disk", "upper", "tmp", "owned"))
 		if err != nil || int(fi.Sys().(*syscall.Stat_t).Uid) != ra.Root() {
 			t.Fatalf("a file root wrote inside is owned on the host by %v (%v), want %d", fi.Sys(), err, ra.Root())
 		}

@@ -7,11 +7,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/idmap"
@@ -121,6 +123,9 @@ func assertGone(t *testing.T, r *Runtime, id string, pid int) {
 	if _, err := os.Stat("/run/netns/" + testScope + "-" + id); !os.IsNotExist(err) {
 		t.Errorf("netns of %s left (%v)", id, err)
 	}
+	if loops := loopsOf(id); len(loops) > 0 {
+		t.Errorf("loop devices of %s left: %v", id, loops)
+	}
 	if _, err := netlink.LinkByName("tc" + id[:12]); err == nil {
 		t.Errorf("veth of %s left", id)
 	}
@@ -147,7 +152,7 @@ func TestRecover(t *testing.T) {
 	// A leftover directory with a mounted overlay and no container.
 	stray := newID()
 	dir := r1.dir(stray)
-	for _, d := range []string{"upper", "work", "lower", "rootfs", "sys"} {
+	for _, d := range []string{"disk/upper", "disk/work", "lower", "rootfs", "sys"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -191,6 +196,15 @@ func TestRecover(t *testing.T) {
 	killAndCheck(t, r2, keep)
 }
 
+// benchDiskMiB is the benchmark's disk quota: the API's default
+// (MOAT_BENCH_DISK_MIB=0 measures without one).
+var benchDiskMiB = func() int {
+	if v, err := strconv.Atoi(os.Getenv("MOAT_BENCH_DISK_MIB")); err == nil {
+		return v
+	}
+	return 2048
+}()
+
 // BenchmarkCreateToHealth measures Create (which waits for envd's port) plus
 // the first GET /health; Kill is outside the timer.
 func BenchmarkCreateToHealth(b *testing.B) {
@@ -200,7 +214,7 @@ func BenchmarkCreateToHealth(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		id := newID()
 		start := time.Now()
-		h, err := r.Create(ctx, runtime.Spec{ID: id, RootfsDir: testRootfs, MemoryMiB: 256, Pids: 256, VCPUs: 1})
+		h, err := r.Create(ctx, runtime.Spec{ID: id, RootfsDir: testRootfs, MemoryMiB: 256, Pids: 256, VCPUs: 1, DiskMiB: benchDiskMiB})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -289,4 +303,54 @@ func TestKillPausedAndConcurrent(t *testing.T) {
 	for _, h := range hs {
 		assertGone(t, r, h.ID, h.PID)
 	}
+}
+
+// loopsOf lists loop devices whose backing file's path contains id.
+func loopsOf(id string) []string {
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []string
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), id) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// TestDiskQuota: a sandbox with DiskMiB writes until its own filesystem is
+// full (ENOSPC at the quota, the host's disk untouched), gets the space back
+// by deleting, and its loop device and image go with Kill.
+func TestDiskQuota(t *testing.T) {
+	r := newTestRuntime(t, "")
+	h := create(t, r, runtime.Spec{DiskMiB: 32})
+	if len(loopsOf(h.ID)) != 1 {
+		t.Fatalf("loop devices of the sandbox: %v", loopsOf(h.ID))
+	}
+	var before unix.Statfs_t
+	if err := unix.Statfs(r.dataDir, &before); err != nil {
+		t.Fatal(err)
+	}
+	out, err := execIn(r, h.ID, "sh", "-c", "dd if=/dev/zero of=/big bs=1M count=64 2>&1; df -k / | tail -1")
+	if err == nil && !strings.Contains(out, "No space left") {
+		t.Fatalf("64 MiB fit in a 32 MiB quota: %s", out)
+	}
+	if !strings.Contains(out, "No space left") {
+		t.Fatalf("dd: %v %s", err, out)
+	}
+	var after unix.Statfs_t
+	if err := unix.Statfs(r.dataDir, &after); err != nil {
+		t.Fatal(err)
+	}
+	if used := (int64(before.Bavail) - int64(after.Bavail)) * after.Bsize; used > 48<<20 {
+		t.Errorf("the host's disk lost %d MiB", used>>20)
+	}
+	if out, err := execIn(r, h.ID, "sh", "-c", "rm /big && echo again > /small && cat /small"); err != nil || !strings.Contains(out, "again") {
+		t.Fatalf("after deleting: %v %s", err, out)
+	}
+	// The image is sparse: it costs what was written, not its size.
+	fi, err := os.Stat(filepath.Join(r.dir(h.ID), "disk.img"))
+	if err != nil || fi.Size() != 32<<20 {
+		t.Fatalf("disk.img: %v %v", fi, err)
+	}
+	killAndCheck(t, r, h)
 }

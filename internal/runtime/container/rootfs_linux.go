@@ -10,42 +10,37 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	goruntime "runtime"
 	"strings"
 	"time"
 
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/moatsh/moat/internal/idmap"
+	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
 )
 
 // mountRootfs mounts the template's idmapped view on <dir>/lower and, on
 // <dir>/rootfs, an overlay of it (read-only lower layer) with the sandbox's
-// upper and work dirs, which belong to the sandbox's root.
+// upper and work dirs in <dir>/disk.
 func mountRootfs(template, dir string, ids idmap.Range) error {
-	for _, d := range []string{"upper", "work"} {
-		if err := os.Chown(filepath.Join(dir, d), ids.Root(), ids.Root()); err != nil {
-			return err
-		}
-	}
 	lower := filepath.Join(dir, "lower")
 	if err := idmap.Mount(template, lower, ids); err != nil {
 		return err
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s",
-		lower, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
+		lower, filepath.Join(dir, "disk", "upper"), filepath.Join(dir, "disk", "work"))
 	if err := unix.Mount("overlay", filepath.Join(dir, "rootfs"), "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlay %s: %w", opts, err)
 	}
 	return nil
 }
 
-// mounts are the mount points in a sandbox dir, in unmount order.
-var mounts = []string{"rootfs", "lower", "sys"}
+// mounts are the mount points in a sandbox dir, in unmount order; disk is
+// a plain directory when the sandbox has no disk quota.
+var mounts = []string{"rootfs", "lower", "sys", "disk"}
 
-// unmountRootfs unmounts <dir>/rootfs, <dir>/lower and <dir>/sys.
+// unmountRootfs unmounts every one of mounts in <dir>.
 func unmountRootfs(dir string) error {
 	for _, m := range mounts {
 		if err := unmount(filepath.Join(dir, m)); err != nil {
@@ -56,41 +51,15 @@ func unmountRootfs(dir string) error {
 }
 
 // mountSysfs mounts, read-only on target, a sysfs of the network namespace
-// at nsPath (its /sys/class/net lists only that namespace's devices). The
-// mount is made on a thread that enters the netns and is thrown away if it
-// cannot return.
+// at nsPath (its /sys/class/net lists only that namespace's devices).
 func mountSysfs(nsPath, target string) error {
-	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread() // no unlock on failure: the thread dies with the goroutine
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.GetFromPath(nsPath)
-		if err != nil {
-			errc <- fmt.Errorf("open netns %s: %w", nsPath, err)
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- fmt.Errorf("enter netns %s: %w", nsPath, err)
-			return
-		}
-		merr := unix.Mount("sysfs", target, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(merr, fmt.Errorf("back to host netns: %w", err))
-			return
-		}
-		goruntime.UnlockOSThread()
-		if merr != nil {
-			merr = fmt.Errorf("mount sysfs on %s: %w", target, merr)
-		}
-		errc <- merr
-	}()
-	return <-errc
+	err := netpolicy.InNetns(nsPath, func() error {
+		return unix.Mount("sysfs", target, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	})
+	if err != nil {
+		return fmt.Errorf("mount sysfs on %s: %w", target, err)
+	}
+	return nil
 }
 
 // unmount unmounts p, lazily when busy; not mounted is fine.

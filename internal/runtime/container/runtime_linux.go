@@ -75,6 +75,7 @@ type Runtime struct {
 	others  []*oci // the other OCI runtime in its default root, for Recover only
 	net     *netpolicy.Manager
 	ids     *idmap.Allocator // each sandbox's host ID range, recorded in its dir
+	diskMu  sync.Mutex       // serialises making blank disk images
 
 	boxes runtime.Boxes[sandbox]
 }
@@ -243,7 +244,7 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanup.
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	undo.Push(func() error { return removeDir(dir) })
-	for _, d := range []string{"upper", "work", "lower", "rootfs", "sys"} {
+	for _, d := range mounts {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("sandbox %s: %w", id, err)
 		}
@@ -255,16 +256,30 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanup.
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
+	undo.Push(func() error { return unmountRootfs(dir) })
+	if spec.DiskMiB > 0 {
+		if err := r.mountDisk(ctx, filepath.Join(dir, "disk.img"), filepath.Join(dir, "disk"), spec.DiskMiB); err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", id, err)
+		}
+	}
+	for _, d := range []string{"disk/upper", "disk/work"} {
+		p := filepath.Join(dir, d)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", id, err)
+		}
+		if err := os.Chown(p, ids.Root(), ids.Root()); err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", id, err)
+		}
+	}
 	n, err := r.net.Setup(ctx, id, spec.AllowInternet)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
 	// Written to the upper dir before mounting, never through the template's symlinks.
-	if err := writeEtc(filepath.Join(dir, "upper"), spec, n.SandboxAddr, ids); err != nil {
+	if err := writeEtc(filepath.Join(dir, "disk", "upper"), spec, n.SandboxAddr, ids); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	undo.Push(func() error { return unmountRootfs(dir) })
 	if err := mountRootfs(spec.RootfsDir, dir, ids); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/qmp"
+	"github.com/moatsh/moat/internal/sparse"
 )
 
 // A snapshot taken by Runtime.Snapshot lives in <DataDir>/vm/snapshots/<id>:
@@ -81,13 +82,13 @@ func (r *Runtime) copyStopped(ctx context.Context, c *qmp.Client, dir, dst strin
 	if err := r.freeze(ctx, c, filepath.Join(dir, "console.log"), filepath.Join(dst, "state")); err != nil {
 		return 0, err
 	}
-	n, err := sparseCopy(filepath.Join(dir, "mem"), filepath.Join(dst, "mem"))
+	n, err := sparse.Copy(filepath.Join(dir, "mem"), filepath.Join(dst, "mem"))
 	if err != nil {
 		return 0, err
 	}
 	// The migration inactivated the disk, so its qcow2 metadata is written
 	// out; its backing file (the template's disk) stays where it is.
-	if _, err := sparseCopy(filepath.Join(dir, "disk.qcow2"), filepath.Join(dst, "disk.qcow2")); err != nil {
+	if _, err := sparse.Copy(filepath.Join(dir, "disk.qcow2"), filepath.Join(dst, "disk.qcow2")); err != nil {
 		return 0, err
 	}
 	return n, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
+	"github.com/moatsh/moat/internal/sparse"
 )
 
 // qemuOverheadMiB is what QEMU itself may use beyond guest RAM (the TCG
@@ -161,7 +162,7 @@ func (r *Runtime) prepareDir(ctx context.Context, spec runtime.Spec, snap *snaps
 		return nil, err
 	}
 	b.undo.Push(func() error { return os.RemoveAll(dir) })
-	n, err := sparseCopy(snap.mem(), filepath.Join(dir, "mem"))
+	n, err := sparse.Copy(snap.mem(), filepath.Join(dir, "mem"))
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +172,7 @@ func (r *Runtime) prepareDir(ctx context.Context, spec runtime.Spec, snap *snaps
 		// The snapshot's disk is an overlay of the template's disk: a copy
 		// of it keeps that backing file, and the sandbox does not depend
 		// on the snapshot once created (DeleteSnapshot may remove it).
-		_, err = sparseCopy(snap.disk(), disk)
+		_, err = sparse.Copy(snap.disk(), disk)
 	} else {
 		err = qcow2Overlay(ctx, snap.disk(), "qcow2", disk)
 	}

@@ -1,4 +1,4 @@
-package vm
+package sparse
 
 import (
 	"bytes"
@@ -46,7 +46,7 @@ func TestSparseCopy(t *testing.T) {
 				want += c.n
 			}
 			f.Close() // not synced: ranges that are only delayed allocations must count as data
-			n, err := sparseCopy(src, dst)
+			n, err := Copy(src, dst)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,7 +65,7 @@ func TestSparseCopy(t *testing.T) {
 			if sb, db := blocks(t, src), blocks(t, dst); db > sb+128 {
 				t.Errorf("copy allocates %d blocks, source %d", db, sb)
 			}
-			if _, err := sparseCopy(src, dst); !errors.Is(err, os.ErrExist) {
+			if _, err := Copy(src, dst); !errors.Is(err, os.ErrExist) {
 				t.Errorf("copy onto an existing file: %v", err)
 			}
 		})

@@ -1,4 +1,4 @@
-package vm
+package sparse
 
 import (
 	"errors"
@@ -9,13 +9,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sparseCopy copies src to a new file dst (mode 0600) so that src's holes
+// Copy copies src to a new file dst (mode 0600) so that src's holes
 // stay holes: it walks the data ranges with SEEK_DATA/SEEK_HOLE and copies
 // each with copy_file_range, which shares blocks on filesystems with
 // reflinks and copies inside the kernel elsewhere. A guest memory file of
 // 512 MiB with 130 MiB of data costs 130 MiB, not 512. It returns the
 // bytes of data copied. dst must not exist; it is removed on error.
-func sparseCopy(src, dst string) (_ int64, retErr error) {
+func Copy(src, dst string) (_ int64, retErr error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return 0, fmt.Errorf("sparse copy: %w", err)
