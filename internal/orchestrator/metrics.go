@@ -47,7 +47,10 @@ func (o *Orchestrator) Metrics(ctx context.Context, id string) ([]Metric, error)
 	e.lastCPU, e.lastAt = st.CPUUsageNs, st.Time
 	o.mu.Unlock()
 	m := Metric{Time: st.Time.UTC(), CPUCount: sb.CPUCount, MemUsed: st.MemoryBytes,
-		MemTotal: st.MemoryLimit, DiskTotal: uint64(sb.DiskSizeMB) << 20}
+		MemTotal: st.MemoryLimit, DiskUsed: st.DiskUsed, DiskTotal: st.DiskTotal}
+	if m.DiskTotal == 0 {
+		m.DiskTotal = uint64(sb.DiskSizeMB) << 20
+	}
 	if m.MemTotal == 0 {
 		m.MemTotal = uint64(sb.MemoryMB) << 20
 	}

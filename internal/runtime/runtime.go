@@ -72,6 +72,8 @@ type Stats struct {
 	MemoryBytes uint64
 	MemoryLimit uint64
 	Pids        uint64
+	DiskUsed    uint64 // bytes used of the sandbox's own disk; 0 when unknown
+	DiskTotal   uint64 // its size; 0 when the backend does not know it
 	Time        time.Time
 }
 

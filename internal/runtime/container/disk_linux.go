@@ -115,3 +115,17 @@ func attachAndMount(f *os.File, dev, img, target, fstype string, flags uintptr) 
 	}
 	return true, nil
 }
+
+// diskUsage reads the used and total bytes of the sandbox's own disk; zeros
+// when it has none (no quota: its layer shares the host's filesystem).
+func diskUsage(dir string) (used, total uint64) {
+	if _, err := os.Stat(filepath.Join(dir, "disk.img")); err != nil {
+		return 0, 0
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(filepath.Join(dir, "disk"), &st); err != nil {
+		return 0, 0
+	}
+	bs := uint64(st.Bsize)
+	return (st.Blocks - st.Bfree) * bs, st.Blocks * bs
+}

@@ -326,6 +326,16 @@ func TestDiskQuota(t *testing.T) {
 	if len(loopsOf(h.ID)) != 1 {
 		t.Fatalf("loop devices of the sandbox: %v", loopsOf(h.ID))
 	}
+	st0, err := r.Stats(context.Background(), h.ID)
+	if err != nil || st0.DiskTotal > 32<<20 || st0.DiskTotal < 24<<20 {
+		t.Fatalf("stats of a 32 MiB disk: %+v %v", st0, err)
+	}
+	if out, err := execIn(r, h.ID, "sh", "-c", "dd if=/dev/zero of=/eight bs=1M count=8 conv=fsync"); err != nil {
+		t.Fatalf("dd: %v %s", err, out)
+	}
+	if st, _ := r.Stats(context.Background(), h.ID); st.DiskUsed < st0.DiskUsed+8<<20 {
+		t.Errorf("disk used %d after writing 8 MiB, %d before", st.DiskUsed, st0.DiskUsed)
+	}
 	var before unix.Statfs_t
 	if err := unix.Statfs(r.dataDir, &before); err != nil {
 		t.Fatal(err)

@@ -427,7 +427,12 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	if err := validID(id); err != nil {
 		return runtime.Stats{}, err
 	}
-	return cgroups.ReadStats(r.cgroupsPath(id))
+	st, err := cgroups.ReadStats(r.cgroupsPath(id))
+	if err != nil {
+		return st, err
+	}
+	st.DiskUsed, st.DiskTotal = diskUsage(r.dir(id))
+	return st, nil
 }
 
 // Close releases the network policy when no sandbox is left (see netpolicy.Manager.Close).
