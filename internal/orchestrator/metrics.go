@@ -2,7 +2,11 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/moatsh/moat/internal/store"
@@ -15,8 +19,9 @@ func (o *Orchestrator) Metrics(ctx context.Context, id string) ([]Metric, error)
 	o.mu.RLock()
 	e, ok := o.live[id]
 	var sb store.Sandbox
+	var addr netip.Addr
 	if ok {
-		sb = e.sb
+		sb, addr = e.sb, e.addr
 	}
 	o.mu.RUnlock()
 	if !ok {
@@ -48,8 +53,13 @@ func (o *Orchestrator) Metrics(ctx context.Context, id string) ([]Metric, error)
 	o.mu.Unlock()
 	m := Metric{Time: st.Time.UTC(), CPUCount: sb.CPUCount, MemUsed: st.MemoryBytes,
 		MemTotal: st.MemoryLimit, DiskUsed: st.DiskUsed, DiskTotal: st.DiskTotal}
-	if m.DiskTotal == 0 {
-		m.DiskTotal = uint64(sb.DiskSizeMB) << 20
+	if m.DiskTotal == 0 { // the backend cannot see inside (a VM's disk): ask envd
+		if used, total, err := o.envdDisk(ctx, addr, sb); err == nil {
+			m.DiskUsed, m.DiskTotal = used, total
+		} else {
+			o.log.Debug("disk metrics from envd", "sandboxID", id, "err", err)
+			m.DiskTotal = uint64(sb.DiskSizeMB) << 20
+		}
 	}
 	if m.MemTotal == 0 {
 		m.MemTotal = uint64(sb.MemoryMB) << 20
@@ -59,4 +69,37 @@ func (o *Orchestrator) Metrics(ctx context.Context, id string) ([]Metric, error)
 		m.CPUUsedPct = min(pct, 100)
 	}
 	return []Metric{m}, nil
+}
+
+// envdDisk reads the used and total bytes of the sandbox's root filesystem
+// from envd's GET /metrics.
+func (o *Orchestrator) envdDisk(ctx context.Context, addr netip.Addr, sb store.Sandbox) (used, total uint64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.envdURL(addr)+"/metrics", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	if sb.EnvdAccessToken != "" {
+		req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+	}
+	resp, err := o.http.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("envd /metrics: status %d", resp.StatusCode)
+	}
+	var m struct {
+		DiskUsed  uint64 `json:"disk_used"`
+		DiskTotal uint64 `json:"disk_total"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&m); err != nil {
+		return 0, 0, fmt.Errorf("envd /metrics: %w", err)
+	}
+	if m.DiskTotal == 0 {
+		return 0, 0, fmt.Errorf("envd /metrics: no disk figures")
+	}
+	return m.DiskUsed, m.DiskTotal, nil
 }

@@ -326,6 +326,17 @@ func TestMetrics(t *testing.T) {
 	if m.CPUCount != 2 || m.MemTotal != 512<<20 || m.MemUsed == 0 || m.DiskTotal != 1024<<20 || m.CPUUsedPct < 0 || m.CPUUsedPct > 100 {
 		t.Fatalf("metric %+v", m)
 	}
+	// A backend that cannot see the disk (a VM): envd's figures, asked with
+	// the sandbox's token.
+	secure := create(t, env, orchestrator.CreateRequest{Secure: true})
+	env.Runtime.SetEnvdDisk(5<<20, 100<<20)
+	ms, err = env.Orch.Metrics(ctx, secure.ID)
+	if err != nil || len(ms) != 1 || ms[0].DiskUsed != 5<<20 || ms[0].DiskTotal != 100<<20 {
+		t.Fatalf("metrics with envd disk figures: %+v %v", ms, err)
+	}
+	if got := env.Runtime.MetricsToken(); got != secure.EnvdAccessToken {
+		t.Fatalf("envd /metrics got token %q, want the sandbox's", got)
+	}
 	_ = env.Orch.Pause(ctx, sb.ID)
 	if ms, err := env.Orch.Metrics(ctx, sb.ID); err != nil || len(ms) != 0 {
 		t.Fatalf("paused metrics %v %v", ms, err)

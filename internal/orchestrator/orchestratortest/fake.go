@@ -52,6 +52,8 @@ type Runtime struct {
 	killed    []string
 	healthOK  bool
 	initCode  int
+	disk      [2]uint64 // used, total served by /metrics; zero: 404
+	diskToken string    // X-Access-Token of the last /metrics call
 }
 
 // NewRuntime starts the envd stub; it is closed when the test ends.
@@ -91,11 +93,36 @@ func NewRuntime(t testing.TB) *Runtime {
 		}
 		w.WriteHeader(r.initCode)
 	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.diskToken = req.Header.Get("X-Access-Token")
+		if r.disk[1] == 0 {
+			http.NotFound(w, req)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]uint64{"disk_used": r.disk[0], "disk_total": r.disk[1]})
+	})
 	r.Envd = httptest.NewServer(mux)
 	t.Cleanup(r.Envd.Close)
 	_, port, _ := net.SplitHostPort(r.Envd.Listener.Addr().String())
 	r.EnvdPort, _ = strconv.Atoi(port)
 	return r
+}
+
+// SetEnvdDisk makes envd's /metrics report these disk figures (total 0:
+// /metrics answers 404, like an envd without it).
+func (r *Runtime) SetEnvdDisk(used, total uint64) {
+	r.mu.Lock()
+	r.disk = [2]uint64{used, total}
+	r.mu.Unlock()
+}
+
+// MetricsToken is the X-Access-Token the last /metrics call presented.
+func (r *Runtime) MetricsToken() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.diskToken
 }
 
 // SetHealthy makes /health answer 204 (true) or 503 (false).
