@@ -305,8 +305,7 @@ func createNetns(name string) error {
 	err := onThread(func() error {
 		ns, err := netns.NewNamed(name) // enters it
 		if err != nil {
-			_ = os.Remove(filepath.Join(netnsDir, name))
-			return err
+			return err // deleteNetns below removes a half-made file
 		}
 		return ns.Close()
 	}, func() error { return writeSysctls(sandboxSysctls) })

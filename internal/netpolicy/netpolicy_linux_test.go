@@ -124,6 +124,7 @@ func dialEventually(addr string) error {
 		if err = dial(addr); err == nil {
 			return nil
 		}
+		time.Sleep(50 * time.Millisecond) // a refusal returns at once
 	}
 	return err
 }

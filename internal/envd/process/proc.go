@@ -306,7 +306,7 @@ func (p *proc) read(r *outReader) {
 		err := rc.Read(func(fd uintptr) bool {
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			n, rerr = readFull(int(fd), buf)
+			n, rerr = readNoEINTR(int(fd), buf)
 			if rerr == unix.EAGAIN {
 				return false // wait until readable
 			}
@@ -327,8 +327,8 @@ func (p *proc) read(r *outReader) {
 	}
 }
 
-// readFull is one read(2), retried on EINTR.
-func readFull(fd int, buf []byte) (int, error) {
+// readNoEINTR is one read(2), retried on EINTR.
+func readNoEINTR(fd int, buf []byte) (int, error) {
 	for {
 		n, err := unix.Read(fd, buf)
 		if err != unix.EINTR {

@@ -74,11 +74,11 @@ func TestIsolation(t *testing.T) {
 			t.Fatal(err)
 		}
 		rb, _ := idmap.Read(r.dir(b.ID))
-		ua, ub := statusIDs(t, readFile(t, fmt.Sprintf("/proc/%d/status", a.PID))), statusIDs(t, readFile(t, fmt.Sprintf("/proc/%d/status", b.PID)))
+		ua, ub := statusUID(t, readFile(t, fmt.Sprintf("/proc/%d/status", a.PID))), statusUID(t, readFile(t, fmt.Sprintf("/proc/%d/status", b.PID)))
 		if ua != ra.Root() || ub != rb.Root() || ua == ub || ua < idmap.FirstHost || ub < idmap.FirstHost {
 			t.Fatalf("envd runs as host uid %d and %d; ranges %d and %d", ua, ub, ra.Root(), rb.Root())
 		}
-		if code, out, err := probe(a, "read", url.Values{"path": {"/proc/1/status"}}, time.Second); err != nil || code != 200 || statusIDs(t, out) != 0 {
+		if code, out, err := probe(a, "read", url.Values{"path": {"/proc/1/status"}}, time.Second); err != nil || code != 200 || statusUID(t, out) != 0 {
 			t.Fatalf("inside, envd is not root: %d %v %q", code, err, out)
 		}
 		if code, _, err := probe(a, "write", url.Values{"path": {"/tmp/owned"}, "data": {"a"}}, time.Second); err != nil || code != 200 {
@@ -139,8 +139,8 @@ func TestIsolation(t *testing.T) {
 	})
 }
 
-// statusIDs returns the real uid on the Uid: line of a /proc/<pid>/status.
-func statusIDs(t *testing.T, status string) int {
+// statusUID returns the real uid on the Uid: line of a /proc/<pid>/status.
+func statusUID(t *testing.T, status string) int {
 	t.Helper()
 	for _, line := range strings.Split(status, "\n") {
 		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
