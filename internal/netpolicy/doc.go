@@ -9,20 +9,45 @@
 //	netns       /run/netns/<netns prefix><id>       (default "moat-<id>")
 //	host veth   <if prefix><id[:12]>                (default "mh…"); peer "eth0" in the netns
 //	addresses   one /30 of the subnet (default 10.200.0.0/16): .1 host, .2 sandbox
-//	nftables    table inet <table> (default "moat"), shared by all sandboxes;
-//	            set "allowed" holds the host-side ifnames with internet access
+//	nftables    table inet <table> (default "moat") and table arp <table>,
+//	            shared by all sandboxes; set "allowed" holds the host-side
+//	            ifnames with internet access, set "sandbox_addrs" (in both
+//	            tables) maps each host-side ifname to its sandbox's address
 //
 // The table's policy, for traffic from the sandboxes' host-side interfaces:
 //
+//	antispoof:   (prerouting, raw priority: before conntrack and routing)
+//	             IPv4 whose (ifname . source) is not in "sandbox_addrs" is
+//	             dropped and counted in counter "spoofed_ipv4"; any IPv6 is
+//	             dropped and counted in "spoofed_ipv6"
+//	arp input:   (table arp) ARP that is not Ethernet/IPv4 or whose
+//	             (ifname . sender IP) is not in "sandbox_addrs" is dropped
+//	             and counted in "spoofed_arp": a sandbox cannot plant host
+//	             neighbour entries for other addresses
 //	input:       established/related accepted, everything else dropped, so a
 //	             sandbox cannot open a connection to any host address
 //	             (127.0.0.1, its own gateway, other veths, the host's LAN IP)
-//	forward:     sandbox→sandbox dropped; replies into sandboxes accepted;
+//	forward:     sandbox→sandbox dropped; toward a sandbox, nothing but its
+//	             own address (per "sandbox_addrs"), and only replies;
 //	             sandbox→private, loopback, link-local (cloud metadata) and
-//	             multicast IPv4 ranges dropped; sandbox→elsewhere accepted only
-//	             for ifnames in "allowed"; all else from a sandbox dropped
+//	             multicast IPv4 ranges dropped; then chain "hostnets";
+//	             sandbox→elsewhere accepted only for ifnames in "allowed";
+//	             all else from a sandbox (IPv6 included) dropped
+//	hostnets:    (regular chain) drops, IPv4 and IPv6, every network the host
+//	             is directly connected to (the prefix of each address on a
+//	             non-sandbox interface), every gateway of its routes (all
+//	             tables, multipath and via next hops) and the operator's
+//	             WithDenyPrefixes; so only what the host routes past its
+//	             gateways leaves. New computes it; a netlink watcher
+//	             recomputes it after address and route changes and replaces
+//	             its rules in one transaction (flush + refill); table
+//	             reinstalls carry the current list
 //	postrouting: traffic from the subnet leaving through a non-sandbox
 //	             interface is masqueraded
+//
+// Counters: nft list counters table inet <table>; nft list counters table
+// arp <table>. A veth's binding is added at Setup (before which its packets
+// are all dropped: fail closed), removed at Teardown, and rebuilt by Recover.
 //
 // IPv6 is disabled on the host side of each veth and never forwarded.
 // net.ipv4.ip_forward is switched on the first time a sandbox with internet

@@ -34,12 +34,21 @@ type Manager struct {
 	alloc      *allocator      // guarded by mu
 	internet   map[string]bool // id → egress allowed; guarded by mu
 	forwarding bool            // ip_forward switched on by us; guarded by mu
+
+	nftMu     sync.Mutex     // serialises table installs with hostnets refills
+	deny      []netip.Prefix // contents of the hostnets chain; guarded by nftMu
+	denyDirty bool           // the last hostnets refill failed; guarded by nftMu
+
+	done      chan struct{} // closed by Close: stops the host network watcher
+	watching  sync.WaitGroup
+	closeOnce sync.Once
 }
 
-// New installs the nftables table (replacing an older copy atomically, but
-// keeping its set of allowed interfaces) and returns a Manager with an empty
-// allocator: call Recover before Setup after a restart.
-// Close removes the table again when no sandbox is left.
+// New installs the nftables tables (replacing older copies atomically, but
+// keeping the members of their sets), starts watching the host's addresses
+// and routes to keep the hostnets chain current, and returns a Manager with
+// an empty allocator: call Recover before Setup after a restart.
+// Close stops the watcher and removes the tables again when no sandbox is left.
 func New(log *slog.Logger, opts ...Option) (*Manager, error) {
 	if log == nil {
 		log = slog.Default()
@@ -52,19 +61,33 @@ func New(log *slog.Logger, opts ...Option) (*Manager, error) {
 		return nil, fmt.Errorf("netpolicy: bad scope: if prefix %q, subnet %s", o.ifPrefix, o.subnet)
 	}
 	m := &Manager{log: log.With("component", "netpolicy"), o: o,
-		alloc: newAllocator(o.subnet), internet: map[string]bool{}}
+		alloc: newAllocator(o.subnet), internet: map[string]bool{}, done: make(chan struct{})}
+	deny, err := m.computeDeny()
+	if err != nil {
+		return nil, fmt.Errorf("netpolicy: %w", err)
+	}
+	m.deny = deny
 	if err := m.installTable(); err != nil {
 		return nil, err
 	}
+	m.watching.Add(1)
+	go func() {
+		defer m.watching.Done()
+		m.watchHostNets(m.done)
+	}()
 	return m, nil
 }
 
-// Close deletes the nftables table if no sandbox network exists any more; it
-// leaves everything alone otherwise, so a server restart keeps sandboxes online.
-// The default (server) table is never deleted: a server stopping while the
-// next one starts would otherwise remove the new server's firewall, and the
-// table matches nothing once no sandbox interface exists.
+// Close stops watching the host's networks (the hostnets chain keeps its last
+// contents until the next New) and deletes the nftables tables if no sandbox
+// network exists any more; it leaves them alone otherwise, so a server
+// restart keeps sandboxes online. The default (server) tables are never
+// deleted: a server stopping while the next one starts would otherwise remove
+// the new server's firewall, and they match nothing once no sandbox interface
+// exists.
 func (m *Manager) Close() error {
+	m.closeOnce.Do(func() { close(m.done) })
+	m.watching.Wait()
 	m.mu.Lock()
 	n := len(m.alloc.byID)
 	m.mu.Unlock()
@@ -81,7 +104,11 @@ func (m *Manager) ensureTable() error {
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	if _, err := c.ListTableOfFamily(m.o.table, nftables.TableFamilyINet); err == nil {
+	_, err = c.ListTableOfFamily(m.o.table, nftables.TableFamilyINet)
+	if err == nil {
+		_, err = c.ListTableOfFamily(m.o.table, nftables.TableFamilyARP)
+	}
+	if err == nil {
 		return nil
 	}
 	m.log.Warn("nftables table missing, reinstalling", "table", m.o.table)
@@ -149,6 +176,10 @@ func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *
 		return nil, err
 	}
 	undo.Push(func() error { return deleteLink(n.HostIf) })
+	if err := m.bindAddr(n.HostIf, n.SandboxAddr); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	undo.Push(func() error { return m.unbindAddrs(n.HostIf) })
 	if err := configureInside(n); err != nil {
 		return nil, err
 	}
@@ -174,6 +205,7 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 	hostIf := m.o.hostIf(id)
 	err := errors.Join(
 		m.setAllowed(hostIf, false),
+		m.unbindAddrs(hostIf),
 		deleteLink(hostIf),
 		deleteNetns(m.o.netnsName(id)),
 	)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 
 	"github.com/moatsh/moat/internal/errdefs"
 )
@@ -32,3 +33,9 @@ func (*Manager) Teardown(context.Context, string) error { return errOS }
 
 // Recover fails outside Linux.
 func (*Manager) Recover(context.Context, []string) error { return errOS }
+
+// HostNetworks fails outside Linux.
+func HostNetworks() ([]netip.Prefix, error) { return nil, errOS }
+
+// IsHostNetwork reports true outside Linux, where the host's networks cannot be read.
+func IsHostNetwork(netip.Addr) bool { return true }

@@ -28,6 +28,7 @@ type options struct {
 	netnsPrefix string
 	ifPrefix    string
 	subnet      netip.Prefix
+	deny        []netip.Prefix // operator's extra destinations closed to sandboxes
 }
 
 func defaultOptions() options {
@@ -49,6 +50,13 @@ func WithScope(table, ifPrefix string, subnet netip.Prefix) Option {
 		o.ifPrefix = ifPrefix
 		o.subnet = subnet.Masked()
 	}
+}
+
+// WithDenyPrefixes closes more destinations to every sandbox, on top of the
+// host's own networks and gateways (see HostNetworks) and the fixed private
+// ranges; IPv4 and IPv6 prefixes are both accepted.
+func WithDenyPrefixes(ps []netip.Prefix) Option {
+	return func(o *options) { o.deny = append(o.deny, ps...) }
 }
 
 // ifnameIDLen is how much of the ID goes into an interface name: IFNAMSIZ is

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -37,9 +38,16 @@ func testID(t *testing.T) string {
 // touches a running server's objects.
 func testManager(t *testing.T) *Manager {
 	t.Helper()
+	return testManagerScope(t, "moattn", "tn", "10.201.0.0/16")
+}
+
+// testManagerScope is testManager in another scope, with more options; its
+// cleanup checks that the scope's tables are gone.
+func testManagerScope(t *testing.T, table, ifPrefix, subnet string, opts ...Option) *Manager {
+	t.Helper()
 	requireRoot(t)
 	m, err := New(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		WithScope("moattn", "tn", netip.MustParsePrefix("10.201.0.0/16")))
+		append([]Option{WithScope(table, ifPrefix, netip.MustParsePrefix(subnet))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +57,10 @@ func testManager(t *testing.T) *Manager {
 		if err := m.Close(); err != nil {
 			t.Error(err)
 		}
-		if out, _ := exec.Command("nft", "list", "table", "inet", "moattn").CombinedOutput(); !strings.Contains(string(out), "No such file") {
-			t.Errorf("table inet moattn left behind:\n%s", out)
+		for _, family := range []string{"inet", "arp"} {
+			if out, _ := exec.Command("nft", "list", "table", family, table).CombinedOutput(); !strings.Contains(string(out), "No such file") {
+				t.Errorf("table %s %s left behind:\n%s", family, table, out)
+			}
 		}
 	})
 	return m
@@ -244,6 +254,11 @@ func assertGone(t *testing.T, m *Manager, id string) {
 	}
 	if have, _ := m.allowedIfs(); have[m.o.hostIf(id)] {
 		t.Errorf("%s still in the allowed set", id)
+	}
+	if c, err := nftables.New(); err == nil {
+		if bound, err := m.readSandboxAddrs(c); err != nil || len(bound[m.o.hostIf(id)]) != 0 {
+			t.Errorf("%s still in set %s: %v, %v", id, sandboxAddrsSet, bound, err)
+		}
 	}
 	out, _ := exec.Command("ip", "netns", "list").Output()
 	if strings.Contains(string(out), id) {

@@ -38,30 +38,69 @@ func (m *Manager) table() *nftables.Table {
 }
 
 // installTable (re)creates the table atomically, keeping the members of the
-// "allowed" set so that a restarted server does not cut running sandboxes off.
+// "allowed" set so that a restarted server does not cut running sandboxes off,
+// and filling the hostnets chain with the current deny list.
 func (m *Manager) installTable() error {
+	m.nftMu.Lock()
+	defer m.nftMu.Unlock()
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	var keep []nftables.SetElement
-	if old, err := c.ListTableOfFamily(m.o.table, nftables.TableFamilyINet); err == nil {
-		if s, err := c.GetSetByName(old, allowedSet); err == nil {
-			elems, err := c.GetSetElements(s)
-			if err != nil {
-				return fmt.Errorf("nftables: read set %s: %w", allowedSet, err)
-			}
-			for _, e := range elems {
-				keep = append(keep, nftables.SetElement{Key: e.Key})
-			}
+	keep, err := keepElements(c, m.table(), allowedSet)
+	if err != nil {
+		return err
+	}
+	keepAddrs, err := keepElements(c, m.table(), sandboxAddrsSet)
+	if err != nil {
+		return err
+	}
+	for _, old := range []*nftables.Table{m.table(), m.arpTable()} {
+		if _, err := c.ListTableOfFamily(old.Name, old.Family); err == nil {
+			c.DelTable(old)
 		}
-		c.DelTable(old)
 	}
 	t := c.AddTable(m.table())
 	set := &nftables.Set{Table: t, Name: allowedSet, KeyType: nftables.TypeIFName}
 	if err := c.AddSet(set, keep); err != nil {
 		return fmt.Errorf("nftables: add set: %w", err)
 	}
+	hostnets := c.AddChain(&nftables.Chain{Name: hostnetsChain, Table: t})
+	addHostnetsRules(c, t, hostnets, m.deny)
+	addrs, err := m.addAntispoof(c, t, keepAddrs)
+	if err != nil {
+		return err
+	}
+	m.addFilterChains(c, t, set, addrs, hostnets)
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: install table inet %s: %w", m.o.table, err)
+	}
+	m.denyDirty = false
+	return nil
+}
+
+// keepElements reads the members of set name in table t (none if absent).
+func keepElements(c *nftables.Conn, t *nftables.Table, name string) ([]nftables.SetElement, error) {
+	if _, err := c.ListTableOfFamily(t.Name, t.Family); err != nil {
+		return nil, nil
+	}
+	s, err := c.GetSetByName(t, name)
+	if err != nil {
+		return nil, nil
+	}
+	elems, err := c.GetSetElements(s)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: read set %s: %w", name, err)
+	}
+	var keep []nftables.SetElement
+	for _, e := range elems {
+		keep = append(keep, nftables.SetElement{Key: e.Key})
+	}
+	return keep, nil
+}
+
+// addFilterChains adds the base chains of table t to c's batch.
+func (m *Manager) addFilterChains(c *nftables.Conn, t *nftables.Table, allowed, addrs *nftables.Set, hostnets *nftables.Chain) {
 	accept := nftables.ChainPolicyAccept
 	input := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
@@ -73,50 +112,62 @@ func (m *Manager) installTable() error {
 	iif := m.ifMatch(expr.MetaKeyIIFNAME, expr.CmpOpEq)
 	oif := m.ifMatch(expr.MetaKeyOIFNAME, expr.CmpOpEq)
 	add := func(ch *nftables.Chain, exprs ...[]expr.Any) {
-		var all []expr.Any
-		for _, e := range exprs {
-			all = append(all, e...)
-		}
-		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: all})
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: join(exprs...)})
 	}
 	// input: a sandbox only gets answers.
 	add(input, iif, ctEstablished(), verdict(expr.VerdictAccept))
 	add(input, iif, verdict(expr.VerdictDrop))
 	// forward.
 	add(forward, iif, oif, verdict(expr.VerdictDrop))
+	add(forward, oif, ipv4(), notInSet(expr.MetaKeyOIFNAME, 16, addrs), verdict(expr.VerdictDrop))
 	add(forward, oif, ctEstablished(), verdict(expr.VerdictAccept))
 	add(forward, oif, verdict(expr.VerdictDrop))
 	for _, p := range blockedV4 {
-		add(forward, iif, ipv4(), daddrIn(p), verdict(expr.VerdictDrop))
+		add(forward, iif, daddrIn(p), verdict(expr.VerdictDrop))
 	}
+	add(forward, iif, []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: hostnets.Name}})
 	add(forward, iif, ipv4(), []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+		&expr.Lookup{SourceRegister: 1, SetName: allowed.Name, SetID: allowed.ID},
 	}, verdict(expr.VerdictAccept))
 	add(forward, iif, verdict(expr.VerdictDrop))
 	// postrouting: masquerade what leaves the subnet for the outside.
-	add(post, ipv4(), saddrIn(m.o.subnet), m.ifMatch(expr.MetaKeyOIFNAME, expr.CmpOpNeq),
-		[]expr.Any{&expr.Masq{}})
-
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables: install table inet %s: %w", m.o.table, err)
-	}
-	return nil
+	add(post, saddrIn(m.o.subnet), m.ifMatch(expr.MetaKeyOIFNAME, expr.CmpOpNeq), []expr.Any{&expr.Masq{}})
 }
 
-// deleteTable removes the table; a missing table is not an error.
+// addHostnetsRules adds one drop rule per prefix of deny to chain ch.
+func addHostnetsRules(c *nftables.Conn, t *nftables.Table, ch *nftables.Chain, deny []netip.Prefix) {
+	for _, p := range deny {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: join(daddrIn(p), verdict(expr.VerdictDrop))})
+	}
+}
+
+func join(exprs ...[]expr.Any) []expr.Any {
+	var all []expr.Any
+	for _, e := range exprs {
+		all = append(all, e...)
+	}
+	return all
+}
+
+// deleteTable removes the inet and arp tables; missing ones are not an error.
 func (m *Manager) deleteTable() error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	t, err := c.ListTableOfFamily(m.o.table, nftables.TableFamilyINet)
-	if err != nil {
+	n := 0
+	for _, t := range []*nftables.Table{m.table(), m.arpTable()} {
+		if _, err := c.ListTableOfFamily(t.Name, t.Family); err == nil {
+			c.DelTable(t)
+			n++
+		}
+	}
+	if n == 0 {
 		return nil
 	}
-	c.DelTable(t)
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables: delete table inet %s: %w", m.o.table, err)
+		return fmt.Errorf("nftables: delete tables %s: %w", m.o.table, err)
 	}
 	return nil
 }
@@ -196,20 +247,41 @@ func ipv4() []expr.Any {
 	}
 }
 
-func daddrIn(p netip.Prefix) []expr.Any { return v4In(16, p) }
-func saddrIn(p netip.Prefix) []expr.Any { return v4In(12, p) }
+func ipv6() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV6}},
+	}
+}
 
-// v4In matches the IPv4 header's address at offset against prefix p.
-func v4In(offset uint32, p netip.Prefix) []expr.Any {
-	mask := make([]byte, 4)
+// daddrIn and saddrIn match the family of p (IPv4 or IPv6) and the
+// destination or source address against p.
+func daddrIn(p netip.Prefix) []expr.Any {
+	if p.Addr().Is4() {
+		return join(ipv4(), addrIn(16, p))
+	}
+	return join(ipv6(), addrIn(24, p))
+}
+
+func saddrIn(p netip.Prefix) []expr.Any {
+	if p.Addr().Is4() {
+		return join(ipv4(), addrIn(12, p))
+	}
+	return join(ipv6(), addrIn(8, p))
+}
+
+// addrIn matches the network header's address at offset against prefix p.
+func addrIn(offset uint32, p netip.Prefix) []expr.Any {
+	n := uint32(p.Addr().BitLen() / 8)
+	mask := make([]byte, n)
 	for i := 0; i < p.Bits(); i++ {
 		mask[i/8] |= 0x80 >> (i % 8)
 	}
-	a := p.Masked().Addr().As4()
+	a := p.Masked().Addr().AsSlice()
 	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: n},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: n, Mask: mask, Xor: make([]byte, n)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a},
 	}
 }
 

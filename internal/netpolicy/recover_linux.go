@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 )
 
@@ -55,7 +56,7 @@ func (m *Manager) Recover(ctx context.Context, live []string) error {
 		id, ok := liveIf[name]
 		if !ok {
 			m.log.InfoContext(ctx, "removing orphaned veth", "if", name)
-			errs = append(errs, deleteLink(name), m.setAllowed(name, false))
+			errs = append(errs, deleteLink(name), m.setAllowed(name, false), m.unbindAddrs(name))
 			continue
 		}
 		errs = append(errs, m.adopt(id, l, allowed[name]))
@@ -63,6 +64,26 @@ func (m *Manager) Recover(ctx context.Context, live []string) error {
 	for name := range allowed {
 		if _, ok := liveIf[name]; !ok && strings.HasPrefix(name, m.o.ifPrefix) {
 			errs = append(errs, m.setAllowed(name, false))
+		}
+	}
+	errs = append(errs, m.unbindStale(liveIf))
+	return errors.Join(errs...)
+}
+
+// unbindStale removes the address bindings of every ifname not in live.
+func (m *Manager) unbindStale(live map[string]string) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	bound, err := m.readSandboxAddrs(c)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for name := range bound {
+		if _, ok := live[name]; !ok && strings.HasPrefix(name, m.o.ifPrefix) {
+			errs = append(errs, m.unbindAddrs(name))
 		}
 	}
 	return errors.Join(errs...)
@@ -84,6 +105,10 @@ func (m *Manager) adopt(id string, l netlink.Link, internet bool) error {
 		if slot, ok := m.alloc.slotOf(ip); ok {
 			m.alloc.claim(id, slot)
 			m.internet[id] = internet
+			_, sandbox := m.alloc.addrs(slot)
+			if err := m.bindAddr(l.Attrs().Name, sandbox); err != nil {
+				return fmt.Errorf("sandbox %s: %w", id, err)
+			}
 			return nil
 		}
 	}

@@ -1,0 +1,265 @@
+package netpolicy
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// nftCounter reads a named counter, in netns ns when ns is not empty.
+func nftCounter(t *testing.T, ns, family, table, name string) uint64 {
+	t.Helper()
+	args := []string{"list", "counter", family, table, name}
+	if ns != "" {
+		args = append([]string{"netns", "exec", ns, "nft"}, args...)
+	}
+	cmd := "nft"
+	if ns != "" {
+		cmd = "ip"
+	}
+	out, err := exec.Command(cmd, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", cmd, args, err, out)
+	}
+	mt := regexp.MustCompile(`packets (\d+)`).FindSubmatch(out)
+	if mt == nil {
+		t.Fatalf("no packet count in:\n%s", out)
+	}
+	n, _ := strconv.ParseUint(string(mt[1]), 10, 64)
+	return n
+}
+
+// captureUDP counts, in the uplink's netns before anything else sees them,
+// UDP packets to port (counter "p<port>") and those of them from src
+// (counter "s<port>").
+func (u *uplink) captureUDP(t *testing.T, port int, src netip.Addr) {
+	t.Helper()
+	script := fmt.Sprintf(`table inet cap {
+	counter p%[1]d {}
+	counter s%[1]d {}
+	chain pre { type filter hook prerouting priority -400; }
+}
+add rule inet cap pre udp dport %[1]d counter name p%[1]d
+add rule inet cap pre udp dport %[1]d ip saddr %[2]s counter name s%[1]d
+`, port, src)
+	cmd := exec.Command("ip", "netns", "exec", u.ns, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("capture rules: %v\n%s", err, out)
+	}
+}
+
+// sendRawUDP4 sends one IPv4/UDP packet with source src from inside the
+// netns at nsPath (IP_HDRINCL: the header is the caller's).
+func sendRawUDP4(t *testing.T, nsPath string, src, dst netip.Addr, port int) {
+	t.Helper()
+	pkt := make([]byte, 20+8+4)
+	pkt[0], pkt[8], pkt[9] = 0x45, 64, unix.IPPROTO_UDP
+	binary.BigEndian.PutUint16(pkt[2:], uint16(len(pkt)))
+	s, d := src.As4(), dst.As4()
+	copy(pkt[12:], s[:])
+	copy(pkt[16:], d[:])
+	binary.BigEndian.PutUint16(pkt[20:], 40000)
+	binary.BigEndian.PutUint16(pkt[22:], uint16(port))
+	binary.BigEndian.PutUint16(pkt[24:], 12) // UDP length; checksum 0: none
+	inNetns(t, nsPath, func() {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: d}); err != nil {
+			t.Errorf("send from %s: %v", src, err)
+		}
+	})
+}
+
+// sendFrame writes an Ethernet frame onto eth0 of the netns at nsPath.
+func sendFrame(t *testing.T, nsPath string, dstMAC net.HardwareAddr, ethType uint16, payload func(srcMAC net.HardwareAddr) []byte) {
+	t.Helper()
+	inNetns(t, nsPath, func() {
+		eth, err := netlink.LinkByName("eth0")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		src := eth.Attrs().HardwareAddr
+		frame := append(append(append([]byte{}, dstMAC...), src...), byte(ethType>>8), byte(ethType))
+		frame = append(frame, payload(src)...)
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer unix.Close(fd)
+		sa := &unix.SockaddrLinklayer{Ifindex: eth.Attrs().Index, Halen: 6}
+		copy(sa.Addr[:], dstMAC)
+		if err := unix.Sendto(fd, frame, 0, sa); err != nil {
+			t.Errorf("send frame: %v", err)
+		}
+	})
+}
+
+func udp6(src, dst netip.Addr, port int) []byte {
+	p := make([]byte, 40+8)
+	p[0], p[6], p[7] = 0x60, unix.IPPROTO_UDP, 64
+	binary.BigEndian.PutUint16(p[4:], 8)
+	s, d := src.As16(), dst.As16()
+	copy(p[8:], s[:])
+	copy(p[24:], d[:])
+	binary.BigEndian.PutUint16(p[40:], 40000)
+	binary.BigEndian.PutUint16(p[42:], uint16(port))
+	binary.BigEndian.PutUint16(p[44:], 8)
+	binary.BigEndian.PutUint16(p[46:], 0xffff) // any checksum: the capture is before UDP
+	return p
+}
+
+// arpPacket is an Ethernet/IPv4 ARP request from (mac, spa) for tpa.
+func arpPacket(mac net.HardwareAddr, spa, tpa netip.Addr) []byte {
+	p := []byte{0, 1, 8, 0, 6, 4, 0, 1}
+	s, d := spa.As4(), tpa.As4()
+	p = append(append(p, mac...), s[:]...)
+	p = append(append(p, make([]byte, 6)...), d[:]...)
+	return p
+}
+
+// TestAntiSpoofing: packets from a sandbox with any source but its own
+// address never leave the host, IPv6 from a sandbox never does, and ARP
+// from a sandbox cannot teach the host a neighbour for another address.
+func TestAntiSpoofing(t *testing.T) {
+	ctx := context.Background()
+	m := testManager(t)
+	var nets []*Net
+	for _, internet := range []bool{true, false} {
+		id := testID(t)
+		n, err := m.Setup(ctx, id, internet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Teardown(ctx, id) })
+		nets = append(nets, n)
+	}
+	a, b := nets[0], nets[1]
+	u := newUplink(t)
+	inet := netip.MustParseAddr("198.19.72.1")
+	masq := uplinkHost4.Addr()
+	if err := dialEventually(u.addr(inet.String())); err != nil { // the host itself reaches it
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name string
+		src  netip.Addr
+		want bool
+	}{
+		{"own address", a.SandboxAddr, true},
+		{"foreign", netip.MustParseAddr("203.0.113.99"), false},
+		{"another sandbox", b.SandboxAddr, false},
+		{"own gateway", a.HostAddr, false},
+		{"own /30 broadcast", a.SandboxAddr.Next(), false},
+		{"destination itself", inet, false},
+		{"uplink gateway", netip.MustParseAddr("198.18.71.1"), false},
+	}
+	before := nftCounter(t, "", "inet", m.o.table, counterSpoofed4)
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			port := 41000 + i
+			u.captureUDP(t, port, masq)
+			got := uint64(0)
+			for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && (got == 0 || !tc.want); {
+				sendRawUDP4(t, a.NSPath, tc.src, inet, port)
+				time.Sleep(100 * time.Millisecond)
+				got = nftCounter(t, u.ns, "inet", "cap", fmt.Sprintf("p%d", port))
+				if !tc.want && time.Now().Add(2500*time.Millisecond).After(deadline) {
+					break // a few tries are enough for a drop
+				}
+			}
+			if (got > 0) != tc.want {
+				t.Errorf("source %s: %d packets arrived, want arrival %v", tc.src, got, tc.want)
+			}
+			if tc.want && nftCounter(t, u.ns, "inet", "cap", fmt.Sprintf("s%d", port)) != got {
+				t.Errorf("source %s arrived, but not (only) masqueraded to %s", tc.src, masq)
+			}
+		})
+	}
+	if after := nftCounter(t, "", "inet", m.o.table, counterSpoofed4); after <= before {
+		t.Errorf("counter %s did not count the forged packets (%d → %d)", counterSpoofed4, before, after)
+	}
+
+	t.Run("IPv6", func(t *testing.T) {
+		host, err := netlink.LinkByName(a.HostIf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const port = 41100
+		u.captureUDP(t, port, masq)
+		for _, src := range []string{"2001:db8:71::99", "2001:db8:71::2", "fe80::1", "::"} {
+			sendFrame(t, a.NSPath, host.Attrs().HardwareAddr, unix.ETH_P_IPV6, func(net.HardwareAddr) []byte {
+				return udp6(netip.MustParseAddr(src), netip.MustParseAddr("2001:db8:72::1"), port)
+			})
+		}
+		time.Sleep(300 * time.Millisecond)
+		if got := nftCounter(t, u.ns, "inet", "cap", fmt.Sprintf("p%d", port)); got != 0 {
+			t.Errorf("%d IPv6 packets from a sandbox arrived upstream", got)
+		}
+	})
+
+	t.Run("ARP", func(t *testing.T) { testARPSpoofing(t, m, a, b) })
+}
+
+// testARPSpoofing: ARP requests and gratuitous ARP from a's eth0 claiming
+// other addresses leave the host's neighbour table as it was, while its own
+// address is learnt (so the frames do arrive).
+func testARPSpoofing(t *testing.T, m *Manager, a, b *Net) {
+	host, err := netlink.LinkByName(a.HostIf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	_ = dial(fmt.Sprintf("%s:1", b.SandboxAddr))     // gives the host an entry for b; refused is fine
+	neigh := func(ip netip.Addr) map[string]string { // link name → MAC
+		out := map[string]string{}
+		list, _ := netlink.NeighList(0, netlink.FAMILY_V4)
+		for _, n := range list {
+			if a, ok := netip.AddrFromSlice(n.IP.To4()); ok && a == ip && n.HardwareAddr != nil {
+				l, _ := netlink.LinkByIndex(n.LinkIndex)
+				if l != nil {
+					out[l.Attrs().Name] = n.HardwareAddr.String()
+				}
+			}
+		}
+		return out
+	}
+	before := nftCounter(t, "", "arp", m.o.table, counterSpoofARP)
+	for _, claim := range []netip.Addr{b.SandboxAddr, b.HostAddr, netip.MustParseAddr("198.18.71.1"), netip.MustParseAddr("10.201.255.99")} {
+		was := neigh(claim)
+		sendFrame(t, a.NSPath, bcast, unix.ETH_P_ARP, func(mac net.HardwareAddr) []byte { return arpPacket(mac, claim, a.HostAddr) })
+		sendFrame(t, a.NSPath, bcast, unix.ETH_P_ARP, func(mac net.HardwareAddr) []byte { return arpPacket(mac, claim, claim) })
+		time.Sleep(100 * time.Millisecond)
+		if now := neigh(claim); fmt.Sprint(now) != fmt.Sprint(was) {
+			t.Errorf("neighbour entries for %s changed: %v → %v", claim, was, now)
+		}
+	}
+	if after := nftCounter(t, "", "arp", m.o.table, counterSpoofARP); after < before+8 {
+		t.Errorf("counter %s: %d → %d, want 8 more", counterSpoofARP, before, after)
+	}
+	// Control: the sandbox's own address is learnt from the same kind of frame.
+	_ = netlink.NeighDel(&netlink.Neigh{LinkIndex: host.Attrs().Index, IP: net.IP(a.SandboxAddr.AsSlice())})
+	sendFrame(t, a.NSPath, bcast, unix.ETH_P_ARP, func(mac net.HardwareAddr) []byte { return arpPacket(mac, a.SandboxAddr, a.HostAddr) })
+	time.Sleep(100 * time.Millisecond)
+	if _, ok := neigh(a.SandboxAddr)[a.HostIf]; !ok {
+		t.Errorf("the sandbox's own ARP was not learnt: %v", neigh(a.SandboxAddr))
+	}
+}
