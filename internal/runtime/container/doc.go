@@ -7,10 +7,11 @@
 //
 // Host objects per sandbox, all named after its ID:
 //
-//	<DataDir>/sandboxes/<id>/{disk/{upper,work},lower,rootfs,sys,disk.img,idmap,config.json,envd.log,pid}
+//	<DataDir>/sandboxes/<id>/{disk/{upper,work},lower,rootfs,sys,log/envd.log,disk.img,idmap,config.json,pid}
 //	ext4 of disk.img on …/disk (a loop device that detaches on unmount; only
 //	with a disk quota), idmapped template mount on …/lower, overlay mount on
-//	…/rootfs, sysfs of the sandbox's netns on …/sys
+//	…/rootfs, sysfs of the sandbox's netns on …/sys, a 1 MiB tmpfs on …/log
+//	holding envd's stdout/stderr (capped; charged to the sandbox's memory)
 //	container "moat-<id>" in the OCI state root (default /run/moat/<runc|crun>)
 //	cgroups /sys/fs/cgroup/<controller>/moat/<id>
 //	netns, veth and nftables set member (see netpolicy)

@@ -118,13 +118,16 @@ func (o *oci) run(ctx context.Context, args ...string) ([]byte, error) {
 	return stdout.Bytes(), nil
 }
 
-// start runs `run -d` with the runtime's and the container's stdio going to
-// log, never to a pipe: the detached container inherits it, and a reader
-// would wait for an EOF that only comes when the sandbox dies.
-// The container's host PID is written to pidFile.
+// start runs `run -d` with the runtime's and the container's stdout and
+// stderr going to log, never to a pipe: the detached container inherits it,
+// and a reader would wait for an EOF that only comes when the sandbox dies.
+// log must be a file within the sandbox's own limits (mountLog): root inside
+// can take envd's descriptors. Stdin is /dev/null (exec.Cmd's nil Stdin),
+// and no other descriptor is passed (Moat's own are close-on-exec, see
+// package fdhygiene). The container's host PID is written to pidFile.
 func (o *oci) start(ctx context.Context, bundle, name, pidFile string, log *os.File) error {
 	cmd := o.command(ctx, "run", "-d", "--pid-file", pidFile, "--bundle", bundle, name)
-	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, log, log
 	if err := cmd.Run(); err != nil {
 		tail, _ := readTail(log.Name(), 1024)
 		return fmt.Errorf("%s run %s: %w: %s", o.name, name, err, tail)

@@ -38,7 +38,29 @@ func mountRootfs(template, dir string, ids idmap.Range) error {
 
 // mounts are the mount points in a sandbox dir, in unmount order; disk is
 // a plain directory when the sandbox has no disk quota.
-var mounts = []string{"rootfs", "lower", "sys", "disk"}
+var mounts = []string{"rootfs", "lower", "sys", "log", "disk"}
+
+// logCap bounds envd's stdout/stderr: the log is the only file on a tmpfs of
+// this size on <dir>/log (see mountLog).
+const logCap = 1 << 20
+
+// logName is envd's stdout/stderr (and the OCI runtime's) on the log mount.
+const logName = "envd.log"
+
+// mountLog mounts a tmpfs of logCap bytes on <dir>/log for envd's output.
+// The sandbox holds that file open and its root can take the descriptor
+// (pidfd_getfd, /proc/1/fd/2), so it must lead nowhere on the host: writes
+// stop with ENOSPC at the cap, the pages are charged to the memory cgroup of
+// the writer (the sandbox's), the directory is not in the sandbox's view, and
+// the mount lives as long as the sandbox dir, across `moat serve` restarts.
+func mountLog(dir string) error {
+	target := filepath.Join(dir, "log")
+	opts := fmt.Sprintf("size=%d,nr_inodes=16,mode=0700", logCap)
+	if err := unix.Mount("tmpfs", target, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("mount log tmpfs on %s: %w", target, err)
+	}
+	return nil
+}
 
 // unmountRootfs unmounts every one of mounts in <dir>.
 func unmountRootfs(dir string) error {
@@ -153,14 +175,17 @@ func writeEtc(upper string, spec runtime.Spec, addr netip.Addr, ids idmap.Range)
 }
 
 // resolvConf uses the host's public nameservers; private, loopback and
-// link-local ones are unreachable from a sandbox, so public resolvers replace them.
+// link-local ones, and those inside the host's own networks (its LAN, its
+// gateways: see netpolicy.HostNetworks), are unreachable from a sandbox, so
+// public resolvers replace them.
 func resolvConf() string {
 	var ns []string
 	if b, err := os.ReadFile("/etc/resolv.conf"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			f := strings.Fields(line)
 			if len(f) == 2 && f[0] == "nameserver" {
-				if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() && a.IsGlobalUnicast() && !a.IsPrivate() {
+				if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() && a.IsGlobalUnicast() && !a.IsPrivate() &&
+					!netpolicy.IsHostNetwork(a) {
 					ns = append(ns, a.String())
 				}
 			}

@@ -168,6 +168,7 @@ func (r *Runtime) OCIRuntime() string { return r.oci.name }
 func (r *Runtime) containerName(id string) string { return "moat-" + id }
 func (r *Runtime) dir(id string) string           { return filepath.Join(r.dataDir, "sandboxes", id) }
 func (r *Runtime) cgroupsPath(id string) string   { return r.o.cgroupParent + "/" + id }
+func (r *Runtime) logPath(id string) string       { return filepath.Join(r.dir(id), "log", logName) }
 
 // box returns the bookkeeping entry of id, creating it.
 // Create implements runtime.Runtime: overlay, network, bundle, `run -d`, then
@@ -200,7 +201,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	if err != nil {
 		return nil, err
 	}
-	logf, err := os.OpenFile(filepath.Join(r.dir(id), "envd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	logf, err := os.OpenFile(r.logPath(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
@@ -257,6 +258,9 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanup.
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	undo.Push(func() error { return unmountRootfs(dir) })
+	if err := mountLog(dir); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
 	if spec.DiskMiB > 0 {
 		if err := r.mountDisk(ctx, filepath.Join(dir, "disk.img"), filepath.Join(dir, "disk"), spec.DiskMiB); err != nil {
 			return nil, fmt.Errorf("sandbox %s: %w", id, err)
@@ -309,7 +313,7 @@ func (r *Runtime) waitReady(ctx context.Context, h *runtime.Handle) error {
 		}
 		select {
 		case <-ctx.Done():
-			tail, _ := readTail(filepath.Join(r.dir(h.ID), "envd.log"), 2048)
+			tail, _ := readTail(r.logPath(h.ID), 2048)
 			return fmt.Errorf("sandbox %s: envd not reachable at %s: %w (envd.log: %q)", h.ID, addr, errors.Join(ctx.Err(), errdefs.ErrUnavailable), tail)
 		case <-time.After(3 * time.Millisecond):
 		}
