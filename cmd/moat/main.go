@@ -7,12 +7,21 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/moatsh/moat/internal/cloexec"
 )
 
 func main() {
+	// Before anything starts a child: descriptors inherited from the
+	// operator's shell must not reach the OCI runtime, envd or QEMU.
+	if err := cloexec.MarkInherited(); err != nil {
+		fmt.Fprintf(os.Stderr, "moat: %v\n", err)
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:])
 	stop()

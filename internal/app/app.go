@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/moatsh/moat/internal/cloexec"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/proxy"
 	"github.com/moatsh/moat/internal/runtime"
@@ -31,6 +32,11 @@ type Config struct {
 	MaxTimeout time.Duration // longest sandbox lifetime (default 24 h)
 	Domain     string        // sandbox host domain for "{port}-{id}.{domain}" routing ("" = any)
 	Logger     *slog.Logger
+
+	// HostLock is the host-wide lock file (default DefaultHostLock): one
+	// server per host, since host object names are global. Only tests whose
+	// runtime touches no host object (fakes) may point it elsewhere.
+	HostLock string
 
 	Stdout, Stderr io.Writer // default os.Stdout / os.Stderr
 	EnvdPort       int       // envd's port in sandboxes (default 49983; tests change it)
@@ -59,6 +65,9 @@ func (c *Config) Validate() error {
 	if c.Stderr == nil {
 		c.Stderr = os.Stderr
 	}
+	if c.HostLock == "" {
+		c.HostLock = DefaultHostLock
+	}
 	if c.EnvdPort == 0 {
 		c.EnvdPort = orchestrator.DefaultEnvdPort
 	}
@@ -72,14 +81,23 @@ func Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
+	// cmd/moat does this first thing; a program embedding Serve may not have.
+	if err := cloexec.MarkInherited(); err != nil {
+		return err
+	}
+	if err := SecureDataDir(cfg.DataDir); err != nil {
+		return err
 	}
 	unlock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	unlockHost, err := lockHost(cfg.HostLock, cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlockHost()
 	db, err := openStore(ctx, cfg.DataDir)
 	if err != nil {
 		return err
@@ -162,7 +180,7 @@ func ensureAPIKey(ctx context.Context, db *store.DB, out io.Writer) error {
 }
 
 func openStore(ctx context.Context, dataDir string) (*store.DB, error) {
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	if err := os.MkdirAll(dataDir, 0o711); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	return store.Open(ctx, filepath.Join(dataDir, "moat.db"))

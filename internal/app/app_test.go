@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -36,6 +37,10 @@ func waitFor(t *testing.T, what string, f func() bool) {
 	t.Fatalf("timed out waiting for %s", what)
 }
 
+// testHostLock is the host lock of in-process servers with fake runtimes,
+// which touch no host object: one per test, so they run beside a real server.
+func testHostLock(t *testing.T) string { return filepath.Join(t.TempDir(), "host.lock") }
+
 func start(t *testing.T, dir string, envdPort int) (base string, stdout *syncBuf, stop func()) {
 	t.Helper()
 	return startRuntime(t, dir, envdPort, "apptest")
@@ -48,7 +53,7 @@ func startRuntime(t *testing.T, dir string, envdPort int, rtName string) (base s
 	done := make(chan error, 1)
 	go func() {
 		done <- Serve(ctx, Config{Addr: "127.0.0.1:0", DataDir: dir, Runtime: rtName, Stdout: stdout,
-			Stderr: stderr, EnvdPort: envdPort})
+			Stderr: stderr, EnvdPort: envdPort, HostLock: testHostLock(t)})
 	}()
 	re := regexp.MustCompile(`moat listening on (\S+)`)
 	waitFor(t, "listening line", func() bool { return re.MatchString(stderr.String()) })
@@ -151,7 +156,7 @@ func TestCLIHelpers(t *testing.T) {
 	if err := Serve(ctx, Config{}); err == nil {
 		t.Fatal("Serve without DataDir succeeded")
 	}
-	if err := Serve(ctx, Config{DataDir: dir, Runtime: "nope", Addr: "127.0.0.1:0"}); err == nil ||
+	if err := Serve(ctx, Config{DataDir: dir, Runtime: "nope", Addr: "127.0.0.1:0", HostLock: testHostLock(t)}); err == nil ||
 		!strings.Contains(err.Error(), "not available") {
 		t.Fatalf("unknown runtime: %v", err)
 	}
@@ -183,7 +188,7 @@ func TestOneServerPerDataDir(t *testing.T) {
 	dir := t.TempDir()
 	_, _, stop := startRuntime(t, dir, rt.EnvdPort, "apptest-lock")
 	err := Serve(context.Background(), Config{Addr: "127.0.0.1:0", DataDir: dir, Runtime: "apptest-lock",
-		Stdout: &syncBuf{}, Stderr: &syncBuf{}, EnvdPort: rt.EnvdPort})
+		Stdout: &syncBuf{}, Stderr: &syncBuf{}, EnvdPort: rt.EnvdPort, HostLock: testHostLock(t)})
 	if err == nil || !strings.Contains(err.Error(), "another moat serve") {
 		t.Fatalf("second Serve: %v", err)
 	}
@@ -191,4 +196,63 @@ func TestOneServerPerDataDir(t *testing.T) {
 	// Once the first is gone, the data dir is free again.
 	_, _, stop2 := startRuntime(t, dir, rt.EnvdPort, "apptest-lock")
 	stop2()
+}
+
+// TestOneServerPerHost: a second server with another data dir but the same
+// host lock refuses to start before touching anything, naming the first.
+func TestOneServerPerHost(t *testing.T) {
+	rt := orchestratortest.NewRuntime(t)
+	runtime.Register("apptest-hostlock", func(context.Context, runtime.Config) (runtime.Runtime, error) { return rt, nil })
+	lock := testHostLock(t)
+	dirA, dirB := t.TempDir(), t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	stderr := &syncBuf{}
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, Config{Addr: "127.0.0.1:0", DataDir: dirA, Runtime: "apptest-hostlock", Stdout: &syncBuf{},
+			Stderr: stderr, EnvdPort: rt.EnvdPort, HostLock: lock})
+	}()
+	waitFor(t, "listening line", func() bool { return strings.Contains(stderr.String(), "moat listening") })
+	err := Serve(context.Background(), Config{Addr: "127.0.0.1:0", DataDir: dirB, Runtime: "apptest-hostlock",
+		Stdout: &syncBuf{}, Stderr: &syncBuf{}, EnvdPort: rt.EnvdPort, HostLock: lock})
+	if err == nil || !strings.Contains(err.Error(), "another moat serve") || !strings.Contains(err.Error(), dirA) {
+		t.Fatalf("second Serve: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSecureDataDir: the data dir and its children get the documented
+// modes, also when an older version left them open.
+func TestSecureDataDir(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"sandboxes", "templates/base/rootfs", "cache/apt", "disks", "vm"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"moat.db", "serve.lock", "templates/base/build.log"} {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := SecureDataDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]os.FileMode{
+		".": 0o711, "sandboxes": 0o711, "templates": 0o711, "templates/base": 0o711, "cache": 0o711,
+		"templates/base/rootfs": 0o700, "disks": 0o700, "vm": 0o700, "cache/apt": 0o755,
+		"moat.db": 0o600, "serve.lock": 0o600, "templates/base/build.log": 0o600,
+	}
+	for p, mode := range want {
+		fi, err := os.Stat(filepath.Join(dir, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != mode {
+			t.Errorf("%s: %v, want %v", p, fi.Mode().Perm(), mode)
+		}
+	}
 }

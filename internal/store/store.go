@@ -8,8 +8,10 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,7 +38,19 @@ type DB struct {
 
 // Open opens (creating if needed) the database at path and applies pending
 // migrations. The caller must Close it.
+//
+// The file holds secrets (API key hashes, every sandbox's envd access token
+// and envVars), so it and its -wal/-shm are 0600: Open creates it so (SQLite
+// gives -wal and -shm the database file's mode) and tightens files an older
+// version left readable. Tokens and envVars are stored in the clear on
+// purpose: the E2B connect route returns envdAccessToken to the SDK again,
+// and the orchestrator re-sends token and envVars to envd's /init on every
+// resume and copies them into snapshots (and sandboxes made from them), so
+// both must be at hand for as long as the sandbox or snapshot exists.
 func Open(ctx context.Context, path string) (*DB, error) {
+	if err := restrict(path); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
 	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)" +
 		"&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 	sdb, err := sql.Open("sqlite", dsn)
@@ -48,7 +62,36 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		sdb.Close()
 		return nil, fmt.Errorf("migrate store %s: %w", path, err)
 	}
+	if err := restrict(path); err != nil { // -wal and -shm exist now
+		sdb.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
 	return d, nil
+}
+
+// restrict creates path 0600 if it is missing and makes it, its -wal and
+// its -shm 0600 (owner only).
+func restrict(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(p, fi.Mode().Perm()&0o700); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Close releases the database.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sync"
@@ -249,5 +250,48 @@ func TestConcurrentWriters(t *testing.T) {
 	}
 	if n, _ := d1.CountAPIKeys(ctx); n != 40 {
 		t.Fatalf("count %d", n)
+	}
+}
+
+// TestOpenRestrictsFiles: moat.db and its -wal/-shm are owner-only, for a
+// new store and for one an older version left world-readable.
+func TestOpenRestrictsFiles(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		prep func(path string)
+	}{
+		{"new", func(string) {}},
+		{"left 0644", func(path string) {
+			db, err := Open(context.Background(), path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			for _, p := range []string{path, path + "-wal", path + "-shm"} {
+				_ = os.Chmod(p, 0o644)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "moat.db")
+			tc.prep(path)
+			db, err := Open(context.Background(), path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if _, err := db.CreateAPIKey(context.Background()); err != nil { // writes the WAL
+				t.Fatal(err)
+			}
+			for _, p := range []string{path, path + "-wal", path + "-shm"} {
+				fi, err := os.Stat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fi.Mode().Perm() != 0o600 {
+					t.Errorf("%s: mode %v, want 0600", filepath.Base(p), fi.Mode().Perm())
+				}
+			}
+		})
 	}
 }
