@@ -479,3 +479,39 @@ func TestPanicBecomes500JSON(t *testing.T) {
 	h.url = broken.URL
 	h.do("GET", "/sandboxes/iabc", "").errBody(t, 500)
 }
+
+// TestBadTimeoutsAndEnvs: zero and negative timeouts answer 400 on every
+// route that takes one, and environments no command could start with are
+// refused at create; the sandbox is left as it was.
+func TestBadTimeoutsAndEnvs(t *testing.T) {
+	h := newHarness(t)
+	id := h.create(`{"templateID":"base"}`)["sandboxID"].(string)
+	p := "/sandboxes/" + id
+	for _, tc := range []struct{ method, path, body, msg string }{
+		{"POST", p + "/timeout", `{"timeout":-1}`, "greater than 0"},
+		{"POST", p + "/timeout", `{"timeout":0}`, "greater than 0"},
+		{"POST", p + "/connect", `{"timeout":-1}`, "greater than 0"},
+		{"POST", "/v2" + p + "/connect", `{"timeout":0}`, "greater than 0"},
+		{"POST", p + "/resume", `{"timeout":-5}`, "greater than 0"},
+		{"POST", p + "/fork", `{"timeout":-5}`, "greater than 0"},
+		{"POST", p + "/refreshes", `{"duration":-1}`, "between 0"},
+		{"POST", "/v2/sandboxes", `{"templateID":"base","envVars":{"":"x"}}`, "name is empty"},
+		{"POST", "/v2/sandboxes", `{"templateID":"base","envVars":{"A=B":"x"}}`, "contains '='"},
+		{"POST", "/v2/sandboxes", `{"templateID":"base","envVars":{"A":"x\u0000"}}`, "contains NUL"},
+		{"POST", "/v2/sandboxes", `{"templateID":"base","envVars":{"BIG":"` + strings.Repeat("v", 900<<10) + `"}}`, "execve"},
+	} {
+		t.Run(tc.path+tc.body[:min(len(tc.body), 40)], func(t *testing.T) {
+			if msg := h.do(tc.method, tc.path, tc.body).errBody(t, 400); !strings.Contains(msg, tc.msg) {
+				t.Fatalf("message %q lacks %q", msg, tc.msg)
+			}
+		})
+	}
+	var d map[string]any
+	h.do("GET", p, "").json(t, &d)
+	if d["state"] != "running" {
+		t.Fatalf("sandbox state %v after rejected calls", d["state"])
+	}
+	if n := h.env.Runtime.Count(); n != 1 {
+		t.Fatalf("%d sandboxes, want 1", n)
+	}
+}

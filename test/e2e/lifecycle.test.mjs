@@ -103,6 +103,24 @@ test('setTimeout moves endAt', { timeout: 180_000 }, async (t) => {
   assert.ok(left > 90_000 && left < 150_000, `endAt ~120 s away, got ${left} ms`)
 })
 
+test('negative timeouts and unusable envs answer 400 and change nothing', { timeout: 180_000 }, async (t) => {
+  const sbx = await createSandbox(t, { timeoutMs: 120_000 })
+  const before = await within(30_000, 'getInfo', () => sbx.getInfo())
+  for (const ms of [-1_000, -3_600_000]) {
+    await assert.rejects(within(30_000, `setTimeout(${ms})`, () => sbx.setTimeout(ms)), /greater than 0/)
+  }
+  assert.equal(await within(30_000, 'isRunning', () => sbx.isRunning()), true, 'a rejected setTimeout kills nothing')
+  const after = await within(30_000, 'getInfo', () => sbx.getInfo())
+  assert.equal(after.endAt.getTime(), before.endAt.getTime(), 'endAt unchanged')
+  for (const [envs, msg] of [
+    [{ '': 'x' }, /name is empty/],
+    [{ 'A=B': 'x' }, /contains '='/],
+    [{ BIG: 'v'.repeat(900 * 1024) }, /execve/],
+  ]) {
+    await assert.rejects(within(60_000, 'create with bad envs', () => Sandbox.create(template, { envs })), msg)
+  }
+})
+
 test('a sandbox created with timeoutMs 10000 is gone after ~12 s', { timeout: 120_000 }, async (t) => {
   const t0 = Date.now()
   const sbx = await createSandbox(t, { timeoutMs: 10_000 })
