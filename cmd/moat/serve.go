@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/app"
 	_ "github.com/moatsh/moat/internal/runtime/container" // registers runtime "container"
 	_ "github.com/moatsh/moat/internal/runtime/vm"        // registers runtime "vm"
@@ -47,6 +48,14 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&cfg.MaxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a client may ask for")
 	f.StringVar(&cfg.Domain, "domain", envOr("", "MOAT_DOMAIN"),
 		"domain for sandbox hosts {port}-{id}.DOMAIN (env MOAT_DOMAIN)")
+	f.IntVar(&cfg.Admission.Concurrency, "max-concurrent-ops", admission.DefaultConcurrency,
+		"creates, resumes, pauses and snapshots run at once; more wait in a queue")
+	f.IntVar(&cfg.Admission.Queue, "op-queue", 4*admission.DefaultConcurrency,
+		"operations that may wait for a slot; beyond that requests get 429 with Retry-After at once (-1: no queue)")
+	f.Float64Var(&cfg.Capacity.MemOvercommit, "mem-overcommit", 4,
+		"sandboxes may reserve this many times the host's memory; beyond that creates get 503")
+	f.Float64Var(&cfg.Capacity.DiskOvercommit, "disk-overcommit", 8,
+		"sandboxes may reserve this many times the data dir's filesystem (disks are sparse)")
 	return cmd
 }
 

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/cloexec"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/proxy"
@@ -37,6 +38,12 @@ type Config struct {
 	// server per host, since host object names are global. Only tests whose
 	// runtime touches no host object (fakes) may point it elsewhere.
 	HostLock string
+
+	// Admission bounds the heavy operations run at once (Room is filled in
+	// from Capacity); Capacity is the host model behind 503s. Zero values
+	// take the packages' defaults.
+	Admission admission.Config
+	Capacity  admission.Capacity
 
 	Stdout, Stderr io.Writer // default os.Stdout / os.Stderr
 	EnvdPort       int       // envd's port in sandboxes (default 49983; tests change it)
@@ -112,8 +119,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		defer c.Close()
 	}
 	log.Info("using runtime", "runtime", rt.Name(), "available", runtime.Names())
-	orch, err := orchestrator.New(orchestrator.Config{Store: db, Runtime: rt, Logger: log,
-		MaxTimeout: cfg.MaxTimeout, EnvdPort: cfg.EnvdPort})
+	orch, err := newOrchestrator(cfg, db, rt)
 	if err != nil {
 		return err
 	}
@@ -177,6 +183,27 @@ func ensureAPIKey(ctx context.Context, db *store.DB, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "Created API key: %s\n", key)
 	return nil
+}
+
+// newOrchestrator builds the orchestrator with admission control: at most
+// cfg.Admission.Concurrency heavy operations at once, and creates refused
+// (503) once the live sandboxes' reservations fill cfg.Capacity's model of
+// the host.
+func newOrchestrator(cfg Config, db *store.DB, rt runtime.Runtime) (*orchestrator.Orchestrator, error) {
+	var orch *orchestrator.Orchestrator
+	capacity := cfg.Capacity
+	capacity.Reserved = func() admission.Need { return orch.Reserved() }
+	if capacity.Host == nil {
+		capacity.Host = admission.HostFiguresFor(cfg.DataDir)
+	}
+	adm := cfg.Admission
+	adm.Room = capacity.Room
+	orch, err := orchestrator.New(orchestrator.Config{Store: db, Runtime: rt, Logger: cfg.Logger,
+		MaxTimeout: cfg.MaxTimeout, EnvdPort: cfg.EnvdPort, Admission: admission.New(adm)})
+	if err != nil {
+		return nil, err
+	}
+	return orch, nil
 }
 
 func openStore(ctx context.Context, dataDir string) (*store.DB, error) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/store"
 )
@@ -44,6 +45,13 @@ func (o *Orchestrator) Pause(ctx context.Context, id string) error {
 		return err
 	}
 	defer e.op.Unlock()
+	// The reaper's auto-pause skips admission: it must not turn into a kill
+	// because the server is busy.
+	release, err := o.admit(ctx, "pause", admission.Need{})
+	if err != nil {
+		return err
+	}
+	defer release()
 	return o.pauseLocked(ctx, e)
 }
 
@@ -88,6 +96,11 @@ func (o *Orchestrator) Resume(ctx context.Context, id string, timeout time.Durat
 }
 
 func (o *Orchestrator) resumeLocked(ctx context.Context, e *entry, sb store.Sandbox, timeout time.Duration) (store.Sandbox, error) {
+	release, err := o.admit(ctx, "resume", admission.Need{MemoryMiB: sb.MemoryMB})
+	if err != nil {
+		return sb, err
+	}
+	defer release()
 	o.setState(ctx, e, store.StateResuming)
 	h, resumeErr := o.rt.Resume(context.WithoutCancel(ctx), sb.ID)
 	if resumeErr != nil && h == nil {
@@ -195,12 +208,11 @@ func (o *Orchestrator) Refresh(ctx context.Context, id string, d time.Duration) 
 }
 
 // SetTimeout sets a running sandbox's end to now+d; it may shorten it.
-// d == 0 expires it at once.
+// d must be in (0, MaxTimeout]: zero or negative answers ErrInvalidArgument.
 func (o *Orchestrator) SetTimeout(ctx context.Context, id string, d time.Duration) error {
-	if d > o.cfg.MaxTimeout {
-		return fmt.Errorf("Timeout cannot be greater than %s: %w", fmtHours(o.cfg.MaxTimeout), errdefs.ErrInvalidArgument)
+	if err := o.checkTimeout(d); err != nil {
+		return err
 	}
-	d = max(d, 0)
 	e, err := o.entryFor(id)
 	if err != nil {
 		return err

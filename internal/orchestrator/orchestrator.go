@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/store"
@@ -39,6 +40,10 @@ type Config struct {
 	MaxVCPUs     int           // per-sandbox ceilings (0 = no ceiling)
 	MaxMemoryMiB int
 	MaxDiskMiB   int
+
+	// Admission bounds creates, resumes, pauses and snapshots running at
+	// once and refuses what the host has no room for; nil admits all.
+	Admission *admission.Controller
 
 	EnvdPort     int           // envd's port inside the sandbox (default 49983; tests change it)
 	ReadyTimeout time.Duration // how long Create waits for envd (default 30 s)
@@ -131,10 +136,13 @@ func (o *Orchestrator) MaxTimeout() time.Duration { return o.cfg.MaxTimeout }
 func (o *Orchestrator) RuntimeName() string { return o.rt.Name() }
 
 // Create starts a sandbox and returns once envd inside it is initialised.
-// Errors: ErrNotFound (template), ErrInvalidArgument (timeout, limits),
+// Errors: ErrNotFound (template), ErrInvalidArgument (timeout, envVars, limits),
 // ErrUnavailable (envd never became ready), or the runtime's error.
 func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.Sandbox, retErr error) {
 	if err := o.checkTimeout(req.Timeout); err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := checkEnvVars(req.EnvVars); err != nil {
 		return store.Sandbox{}, err
 	}
 	tpl, snap, err := o.source(ctx, req.Template)
@@ -158,6 +166,11 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 	if req.Secure {
 		sb.EnvdAccessToken = randomHex(32)
 	}
+	release, err := o.admit(ctx, "create", admission.Need{MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB})
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	defer release()
 	log := o.log.With("sandboxID", sb.ID, "template", tpl.Name)
 	defer func() {
 		if retErr != nil {
@@ -395,4 +408,31 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// admit asks the admission controller for a slot for op; without one every
+// operation is admitted at once.
+func (o *Orchestrator) admit(ctx context.Context, op string, need admission.Need) (release func(), err error) {
+	if o.cfg.Admission == nil {
+		return func() {}, nil
+	}
+	return o.cfg.Admission.Admit(ctx, op, need)
+}
+
+// Reserved is what the live sandboxes reserve on the host: the memory of
+// running ones (a paused microVM holds none) and the disk of all.
+func (o *Orchestrator) Reserved() admission.Need {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var n admission.Need
+	for _, e := range o.live {
+		if e.gone {
+			continue
+		}
+		if e.sb.State != store.StatePaused {
+			n.MemoryMiB += e.sb.MemoryMB
+		}
+		n.DiskMiB += e.sb.DiskSizeMB
+	}
+	return n
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/store"
@@ -37,6 +38,11 @@ func (o *Orchestrator) Snapshot(ctx context.Context, id, name string) (store.Sna
 	snap := store.Snapshot{ID: "snap" + randomID(16), Name: name, SandboxID: id, TemplateID: sb.TemplateID,
 		Alias: sb.Alias, Runtime: o.rt.Name(), CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
 		DiskSizeMB: sb.DiskSizeMB, EnvVars: sb.EnvVars, EnvdAccessToken: sb.EnvdAccessToken}
+	release, err := o.admit(ctx, "snapshot", admission.Need{})
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	defer release()
 	start := time.Now()
 	if err := sn.Snapshot(context.WithoutCancel(ctx), id, snap.ID); err != nil {
 		return store.Snapshot{}, fmt.Errorf("snapshot sandbox %s: %w", id, err)

@@ -20,7 +20,7 @@ func (d *DB) CreateAPIKey(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("create api key: %w", err)
 	}
 	key := APIKeyPrefix + hex.EncodeToString(b)
-	_, err := d.db.ExecContext(ctx, `INSERT INTO api_keys (hash, prefix, created_at) VALUES (?, ?, ?)`,
+	_, err := d.w.ExecContext(ctx, `INSERT INTO api_keys (hash, prefix, created_at) VALUES (?, ?, ?)`,
 		hashKey(key), key[:len(APIKeyPrefix)+6], toUnix(time.Now()))
 	if err != nil {
 		return "", fmt.Errorf("create api key: %w", err)
@@ -34,7 +34,7 @@ func (d *DB) CheckAPIKey(ctx context.Context, key string) (bool, error) {
 		return false, nil
 	}
 	var n int
-	err := d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys WHERE hash = ?`, hashKey(key)).Scan(&n)
+	err := d.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys WHERE hash = ?`, hashKey(key)).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("check api key: %w", err)
 	}
@@ -44,7 +44,7 @@ func (d *DB) CheckAPIKey(ctx context.Context, key string) (bool, error) {
 // CountAPIKeys returns how many keys exist.
 func (d *DB) CountAPIKeys(ctx context.Context) (int, error) {
 	var n int
-	if err := d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys`).Scan(&n); err != nil {
+	if err := d.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count api keys: %w", err)
 	}
 	return n, nil

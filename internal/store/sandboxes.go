@@ -70,7 +70,7 @@ func (d *DB) InsertSandbox(ctx context.Context, s Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", s.ID, err)
 	}
-	_, err = d.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
+	_, err = d.w.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.ID, s.TemplateID, s.Alias, s.State, s.Runtime, s.Addr, toUnix(s.StartedAt), toUnix(s.EndAt),
 		md, env, s.EnvdAccessToken, boolInt(s.Secure), boolInt(s.AllowInternet), boolInt(s.AutoPause),
@@ -90,7 +90,7 @@ func (d *DB) UpdateSandbox(ctx context.Context, s Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("update sandbox %s: %w", s.ID, err)
 	}
-	res, err := d.db.ExecContext(ctx, `UPDATE sandboxes SET template_id=?, alias=?, state=?, runtime=?,
+	res, err := d.w.ExecContext(ctx, `UPDATE sandboxes SET template_id=?, alias=?, state=?, runtime=?,
 		addr=?, started_at=?, end_at=?, metadata=?, env_vars=?, envd_access_token=?, secure=?,
 		allow_internet=?, auto_pause=?, cpu_count=?, memory_mb=?, disk_size_mb=?, auto_resume=?,
 		timeout_s=? WHERE id=?`,
@@ -108,7 +108,7 @@ func (d *DB) UpdateSandbox(ctx context.Context, s Sandbox) error {
 
 // GetSandbox returns the sandbox id; errdefs.ErrNotFound if none.
 func (d *DB) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
-	row := d.db.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`, id)
+	row := d.r.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`, id)
 	s, err := scanSandbox(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Sandbox{}, notFound("sandbox", id)
@@ -121,7 +121,7 @@ func (d *DB) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 
 // DeleteSandbox removes the record; deleting an unknown ID succeeds.
 func (d *DB) DeleteSandbox(ctx context.Context, id string) error {
-	if _, err := d.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
+	if _, err := d.w.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id); err != nil {
 		return fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
 	return nil
@@ -131,7 +131,7 @@ func (d *DB) DeleteSandbox(ctx context.Context, id string) error {
 // (desc: newest first, ties by ID ascending; asc: the exact reverse).
 func (d *DB) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error) {
 	q, args := buildListQuery(f)
-	rows, err := d.db.QueryContext(ctx, q, args...)
+	rows, err := d.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}

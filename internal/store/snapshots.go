@@ -46,7 +46,7 @@ func (d *DB) InsertSnapshot(ctx context.Context, s Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("insert snapshot %s: %w", s.ID, err)
 	}
-	_, err = d.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = d.w.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.ID, s.Name, s.SandboxID, s.TemplateID, s.Alias, s.Runtime, s.CPUCount, s.MemoryMB, s.DiskSizeMB,
 		string(env), s.EnvdAccessToken, toUnix(s.CreatedAt))
 	if err != nil {
@@ -60,7 +60,7 @@ func (d *DB) InsertSnapshot(ctx context.Context, s Snapshot) error {
 
 // GetSnapshot returns the snapshot whose ID or name is ref; ErrNotFound if none.
 func (d *DB) GetSnapshot(ctx context.Context, ref string) (Snapshot, error) {
-	row := d.db.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ? OR (name != '' AND name = ?)
+	row := d.r.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ? OR (name != '' AND name = ?)
 		ORDER BY id = ? DESC LIMIT 1`, ref, ref, ref)
 	s, err := scanSnapshot(row)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -96,7 +96,7 @@ func (d *DB) ListSnapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, e
 	if f.Limit > 0 {
 		q += fmt.Sprintf(" LIMIT %d", f.Limit)
 	}
-	rows, err := d.db.QueryContext(ctx, q, args...)
+	rows, err := d.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
@@ -114,7 +114,7 @@ func (d *DB) ListSnapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, e
 
 // DeleteSnapshot removes the record; ErrNotFound when there is none.
 func (d *DB) DeleteSnapshot(ctx context.Context, id string) error {
-	res, err := d.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
+	res, err := d.w.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
 	if err != nil {
 		return fmt.Errorf("delete snapshot %s: %w", id, err)
 	}

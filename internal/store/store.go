@@ -32,9 +32,19 @@ var (
 
 // DB is the store. It is safe for concurrent use; several processes may open
 // the same file (WAL, busy timeout).
+//
+// Writes go through one connection, so concurrent writers of this process
+// queue in Go (bounded by their contexts) instead of meeting SQLITE_BUSY
+// in SQLite; reads use a pool of read-only connections and, with WAL,
+// never wait behind a write.
 type DB struct {
-	db *sql.DB
+	w *sql.DB // the one writer
+	r *sql.DB // readers
 }
+
+// maxReaders bounds the read pool: enough for list and lookup requests to
+// run beside each other, few enough to keep file handles and memory small.
+const maxReaders = 8
 
 // Open opens (creating if needed) the database at path and applies pending
 // migrations. The caller must Close it.
@@ -51,19 +61,27 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	if err := restrict(path); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)" +
-		"&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-	sdb, err := sql.Open("sqlite", dsn)
+	base := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)" +
+		"&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
+	w, err := sql.Open("sqlite", base+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	d := &DB{db: sdb}
+	w.SetMaxOpenConns(1)
+	d := &DB{w: w}
 	if err := d.migrate(ctx); err != nil {
-		sdb.Close()
+		w.Close()
 		return nil, fmt.Errorf("migrate store %s: %w", path, err)
 	}
+	// Readers open after the migration made the file WAL.
+	d.r, err = sql.Open("sqlite", base+"&_pragma=query_only(1)")
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	d.r.SetMaxOpenConns(maxReaders)
 	if err := restrict(path); err != nil { // -wal and -shm exist now
-		sdb.Close()
+		d.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	return d, nil
@@ -95,10 +113,16 @@ func restrict(path string) error {
 }
 
 // Close releases the database.
-func (d *DB) Close() error { return d.db.Close() }
+func (d *DB) Close() error {
+	err := d.w.Close()
+	if d.r != nil {
+		err = errors.Join(err, d.r.Close())
+	}
+	return err
+}
 
 func (d *DB) migrate(ctx context.Context) error {
-	tx, err := d.db.BeginTx(ctx, nil)
+	tx, err := d.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -141,7 +165,7 @@ func (d *DB) migrate(ctx context.Context) error {
 // SchemaVersion returns the applied schema version.
 func (d *DB) SchemaVersion(ctx context.Context) (int, error) {
 	var v int
-	err := d.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&v)
+	err := d.r.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&v)
 	return v, err
 }
 

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -108,7 +109,7 @@ func TestAPIKeys(t *testing.T) {
 		}
 	}
 	var plain int
-	if err := d.db.QueryRow(`SELECT COUNT(*) FROM api_keys WHERE hash = ? OR prefix = ?`, key, key).Scan(&plain); err != nil || plain != 0 {
+	if err := d.r.QueryRow(`SELECT COUNT(*) FROM api_keys WHERE hash = ? OR prefix = ?`, key, key).Scan(&plain); err != nil || plain != 0 {
 		t.Fatalf("plaintext stored: %d %v", plain, err)
 	}
 }
@@ -293,5 +294,78 @@ func TestOpenRestrictsFiles(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestContention: many goroutines writing at once never see SQLITE_BUSY
+// (they queue for the one writer), a read-only connection refuses writes,
+// and lists keep answering while writers are busy.
+func TestContention(t *testing.T) {
+	ctx := context.Background()
+	d := openTest(t)
+	const writers, each = 64, 20
+	var wg sync.WaitGroup
+	errc := make(chan error, writers*each)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				id := fmt.Sprintf("iw%dn%d", w, i)
+				sb := Sandbox{ID: id, TemplateID: "t", State: StateRunning, StartedAt: time.Now(), EndAt: time.Now()}
+				if err := d.InsertSandbox(ctx, sb); err != nil {
+					errc <- err
+					continue
+				}
+				sb.State = StatePaused
+				if err := d.UpdateSandbox(ctx, sb); err != nil {
+					errc <- err
+				}
+				if i%2 == 0 {
+					if err := d.DeleteSandbox(ctx, id); err != nil {
+						errc <- err
+					}
+				}
+			}
+		}()
+	}
+	stop := make(chan struct{})
+	var slowest time.Duration
+	var lists int
+	listDone := make(chan struct{})
+	go func() {
+		defer close(listDone)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			start := time.Now()
+			if _, err := d.ListSandboxes(ctx, SandboxFilter{}); err != nil {
+				errc <- err
+				return
+			}
+			slowest = max(slowest, time.Since(start))
+			lists++
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-listDone
+	close(errc)
+	for err := range errc {
+		t.Errorf("under contention: %v", err)
+	}
+	got, err := d.ListSandboxes(ctx, SandboxFilter{})
+	if err != nil || len(got) != writers*each/2 {
+		t.Fatalf("after the writers: %d sandboxes, %v; want %d", len(got), err, writers*each/2)
+	}
+	if _, err := d.r.ExecContext(ctx, `DELETE FROM sandboxes`); err == nil {
+		t.Fatal("a reader connection accepted a write")
+	}
+	t.Logf("%d lists during %d writes; slowest list %s", lists, writers*each*2, slowest)
+	if lists == 0 {
+		t.Fatal("no list completed while writers ran")
 	}
 }

@@ -40,7 +40,7 @@ func (d *DB) UpsertTemplate(ctx context.Context, t Template) error {
 		t.ID = randomID(20)
 	}
 	now := time.Now()
-	_, err := d.db.ExecContext(ctx, `INSERT INTO templates (`+templateCols+`)
+	_, err := d.w.ExecContext(ctx, `INSERT INTO templates (`+templateCols+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL)
 		ON CONFLICT(name) DO UPDATE SET build_id=excluded.build_id, rootfs_dir=excluded.rootfs_dir,
 			cpu_count=excluded.cpu_count, memory_mb=excluded.memory_mb, disk_size_mb=excluded.disk_size_mb,
@@ -55,7 +55,7 @@ func (d *DB) UpsertTemplate(ctx context.Context, t Template) error {
 
 // GetTemplate finds a template by ID or name; errdefs.ErrNotFound if none.
 func (d *DB) GetTemplate(ctx context.Context, idOrName string) (Template, error) {
-	row := d.db.QueryRowContext(ctx, `SELECT `+templateCols+` FROM templates
+	row := d.r.QueryRowContext(ctx, `SELECT `+templateCols+` FROM templates
 		WHERE id = ? OR name = ? ORDER BY id = ? DESC LIMIT 1`, idOrName, idOrName, idOrName)
 	t, err := scanTemplate(row)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -69,7 +69,7 @@ func (d *DB) GetTemplate(ctx context.Context, idOrName string) (Template, error)
 
 // ListTemplates returns every template, by name.
 func (d *DB) ListTemplates(ctx context.Context) ([]Template, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT `+templateCols+` FROM templates ORDER BY name`)
+	rows, err := d.r.QueryContext(ctx, `SELECT `+templateCols+` FROM templates ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list templates: %w", err)
 	}
@@ -87,7 +87,7 @@ func (d *DB) ListTemplates(ctx context.Context) ([]Template, error) {
 
 // MarkTemplateSpawned counts one more sandbox started from template id.
 func (d *DB) MarkTemplateSpawned(ctx context.Context, id string, at time.Time) error {
-	_, err := d.db.ExecContext(ctx, `UPDATE templates SET spawn_count = spawn_count + 1,
+	_, err := d.w.ExecContext(ctx, `UPDATE templates SET spawn_count = spawn_count + 1,
 		last_spawned_at = ? WHERE id = ?`, toUnix(at), id)
 	if err != nil {
 		return fmt.Errorf("mark template %s spawned: %w", id, err)

@@ -7,8 +7,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
 )
@@ -66,7 +69,13 @@ func ToNative(status int) error {
 // WriteError writes err as an E2B JSON error with the status of its kind.
 // Internal errors are reported with a generic message: their text may carry
 // host details that do not belong to API clients.
+// An error that says when to retry (a RetryAfter method, as admission's
+// refusals have) also sets the Retry-After header, in whole seconds.
 func WriteError(w http.ResponseWriter, err error) {
+	var ra interface{ RetryAfter() time.Duration }
+	if errors.As(err, &ra) && ra.RetryAfter() > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ra.RetryAfter().Seconds()))))
+	}
 	status := ToHTTP(err)
 	Write(w, status, Message(err))
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
 )
@@ -58,5 +59,29 @@ func TestWriteError(t *testing.T) {
 	WriteError(rec, errors.New("/var/lib secret path"))
 	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Message != "internal server error" {
 		t.Fatalf("internal leaked: %q", rec.Body.String())
+	}
+}
+
+type retryErr struct{ d time.Duration }
+
+func (e retryErr) Error() string             { return "busy: " + errdefs.ErrResourceExhausted.Error() }
+func (e retryErr) Unwrap() error             { return errdefs.ErrResourceExhausted }
+func (e retryErr) RetryAfter() time.Duration { return e.d }
+
+func TestWriteErrorRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{retryErr{1500 * time.Millisecond}, "2"},
+		{fmt.Errorf("create: %w", retryErr{time.Second}), "1"},
+		{retryErr{0}, ""},
+		{errdefs.ErrResourceExhausted, ""},
+	} {
+		rec := httptest.NewRecorder()
+		WriteError(rec, tc.err)
+		if got := rec.Header().Get("Retry-After"); got != tc.want || rec.Code != http.StatusTooManyRequests {
+			t.Errorf("WriteError(%v): status %d Retry-After %q, want 429 %q", tc.err, rec.Code, got, tc.want)
+		}
 	}
 }

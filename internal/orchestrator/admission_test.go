@@ -1,0 +1,84 @@
+package orchestrator_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moatsh/moat/internal/admission"
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/orchestrator"
+	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
+	"github.com/moatsh/moat/internal/runtime"
+)
+
+// TestAdmission: with one slot and no queue, a second create while the
+// first is in the runtime is refused at once (429 kind, Retry-After); a
+// create the host has no room for is refused (503 kind) before the runtime
+// is asked; a create whose client gives up while queued starts nothing.
+func TestAdmission(t *testing.T) {
+	var room error
+	var mu sync.Mutex
+	adm := admission.New(admission.Config{Concurrency: 1, Queue: 1, Room: func(n admission.Need) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return room
+	}})
+	env := orchestratortest.New(t, orchestrator.Config{Admission: adm})
+	ctx := context.Background()
+	req := orchestrator.CreateRequest{Template: "base", Timeout: time.Minute}
+
+	inRuntime, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	env.Runtime.CreateF = func(runtime.Spec) error {
+		once.Do(func() { close(inRuntime); <-unblock })
+		return nil
+	}
+	first := make(chan error, 1)
+	go func() { _, err := env.Orch.Create(ctx, req); first <- err }()
+	<-inRuntime
+
+	// One may wait; its client gives up.
+	qctx, cancel := context.WithCancel(ctx)
+	queued := make(chan error, 1)
+	go func() { _, err := env.Orch.Create(qctx, req); queued <- err }()
+	for adm.Stats().Waiting != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	// The queue is full: refused at once.
+	_, err := env.Orch.Create(ctx, req)
+	var re *admission.RetryError
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !errors.As(err, &re) {
+		t.Fatalf("create at capacity = %v, want ErrResourceExhausted with Retry-After", err)
+	}
+	cancel()
+	if err := <-queued; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned create = %v", err)
+	}
+	close(unblock)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := env.Runtime.Count(); n != 1 {
+		t.Fatalf("%d sandboxes in the runtime, want 1", n)
+	}
+	if got := env.Orch.Reserved(); got.MemoryMiB != 512 || got.DiskMiB != 1024 {
+		t.Fatalf("Reserved = %+v, want the template's 512 MiB / 1024 MiB", got)
+	}
+
+	mu.Lock()
+	room = errors.New("no memory")
+	mu.Unlock()
+	_, err = env.Orch.Create(ctx, req)
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("create on a full host = %v, want ErrUnavailable", err)
+	}
+	if n := env.Runtime.Count(); n != 1 {
+		t.Fatalf("a refused create reached the runtime: %d sandboxes", n)
+	}
+	if s := adm.Stats(); s != (admission.Stats{}) {
+		t.Fatalf("admission slots held after everything finished: %+v", s)
+	}
+}
