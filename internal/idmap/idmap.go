@@ -47,10 +47,16 @@ const fileName = "idmap"
 type Allocator struct {
 	mu     sync.Mutex
 	parent string
+	also   []string // more parents whose directories' ranges count as taken
 }
 
-// NewAllocator allocates for the sandbox directories under parent.
-func NewAllocator(parent string) *Allocator { return &Allocator{parent: parent} }
+// NewAllocator allocates for the sandbox directories under parent. Ranges
+// recorded in the directories under each of also (another runtime's
+// sandboxes) count as taken too, so that no two sandboxes of either share
+// a range.
+func NewAllocator(parent string, also ...string) *Allocator {
+	return &Allocator{parent: parent, also: also}
+}
 
 // Allocate picks the lowest free range and records it in dir (a direct child
 // of the parent, which must exist). Ranges are freed by removing dir.
@@ -65,6 +71,14 @@ func (a *Allocator) Allocate(dir string) (Range, error) {
 	for _, e := range entries {
 		if r, err := Read(filepath.Join(a.parent, e.Name())); err == nil {
 			used[r.Host] = true
+		}
+	}
+	for _, p := range a.also {
+		entries, _ := os.ReadDir(p) // a missing parent has no ranges
+		for _, e := range entries {
+			if r, err := Read(filepath.Join(p, e.Name())); err == nil {
+				used[r.Host] = true
+			}
 		}
 	}
 	for slot := range uint32(maxSlots) {

@@ -11,8 +11,19 @@
 //	templates/<name>-<stamp>/rootfs.ext4              read-only base disk built from the template rootfs
 //	templates/<name>-<stamp>/snap-<hash>/             disk.qcow2 (guest disk at snapshot), mem (guest RAM), state (devices), meta
 //	sandboxes/<id>/                                   mem (guest RAM), disk.qcow2 (overlay of the template's disk), meta.json,
-//	                                                  state (only while paused), qmp.sock, console.log, pid
+//	                                                  idmap (its QEMU's host IDs), state (only while paused), qmp.sock,
+//	                                                  console.sock (serial port), console.log{,.1} (its capped mirror),
+//	                                                  qemu.log, pid
+//	sandboxes/tpl<hash>/                              idmap only, while a template boots (its QEMU's host IDs)
 //	snapshots/<id>/                                   mem, state, disk.qcow2, meta.json of Runtime.Snapshot
+//
+// Every QEMU runs jailed (jail_linux.go, internal/jail): as an unprivileged
+// host user and group of its own (the root of the sandbox's idmap range),
+// without capabilities and with no_new_privs, in a mount namespace that
+// shows /usr, a minimal /dev, the kernel and initramfs, its disk's backing
+// files (read-only) and its own directory, in the sandbox's network
+// namespace and cgroup. Its serial port is a socket Moat reads into a
+// bounded ring (console_linux.go).
 //
 // A snapshot fixes the guest's memory size and vCPU count, so snapshots are
 // cached per (template build, memory, vCPUs, kernel, accelerator). Every

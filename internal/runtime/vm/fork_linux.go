@@ -58,9 +58,9 @@ func (r *Runtime) Snapshot(ctx context.Context, id, snapID string) (retErr error
 		return fmt.Errorf("snapshot sandbox %s: %w", id, err)
 	}
 	start := time.Now()
-	data, err := r.copyStopped(ctx, c, dir, tmp)
+	data, err := r.copyStopped(ctx, c, b.proc.con, dir, tmp)
 	stopped := time.Since(start)
-	if terr := r.thaw(ctx, c, filepath.Join(dir, "console.log"), true); terr != nil {
+	if terr := r.thaw(ctx, c, b.proc.con, true); terr != nil {
 		err = errors.Join(err, fmt.Errorf("continue sandbox: %w", terr))
 	}
 	if err != nil {
@@ -78,8 +78,8 @@ func (r *Runtime) Snapshot(ctx context.Context, id, snapID string) (retErr error
 // copyStopped freezes the guest and copies its device state, memory and
 // disk into dst. The copies need not be durable yet: they do not change
 // once the guest runs again.
-func (r *Runtime) copyStopped(ctx context.Context, c *qmp.Client, dir, dst string) (int64, error) {
-	if err := r.freeze(ctx, c, filepath.Join(dir, "console.log"), filepath.Join(dst, "state")); err != nil {
+func (r *Runtime) copyStopped(ctx context.Context, c *qmp.Client, con *console, dir, dst string) (int64, error) {
+	if err := r.freeze(ctx, c, con, filepath.Join(dst, "state")); err != nil {
 		return 0, err
 	}
 	n, err := sparse.Copy(filepath.Join(dir, "mem"), filepath.Join(dst, "mem"))

@@ -11,6 +11,8 @@ import (
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/cleanup"
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/idmap"
+	"github.com/moatsh/moat/internal/jail"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
@@ -128,12 +130,18 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 	}
 	b.undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
 	m := r.sandboxMachine(id, meta)
-	p, c, err := r.launch(ctx, r.cgroupPath(id), n, m, limitsFor(meta), &b.undo)
+	ids, err := r.sandboxIDs(dir)
+	if err != nil {
+		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	p, c, err := r.launch(ctx, r.cgroupPath(id), n, m, ids, limitsFor(meta), &b.undo)
 	if err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	b.proc, b.qmp = p, c
 	tm.launched = time.Now()
+	restored := p.con.watch(guestinit.RestoredMarker)
+	defer restored.stop()
 	if err := loadState(ctx, c, snap.state()); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: restore: %w", id, err)
 	}
@@ -143,10 +151,10 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 	tm.restored = time.Now()
 	h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: p.pid}
 	if err := waitHealth(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
-		return nil, tm, fmt.Errorf("sandbox %s: %w (console: %q)", id, err, tail(m.Console, 1024))
+		return nil, tm, fmt.Errorf("sandbox %s: %w (console: %q)", id, err, p.con.tail(1024))
 	}
 	// Fresh CRNG and clock before anyone else talks to the guest.
-	if err := waitConsole(ctx, m.Console, guestinit.RestoredMarker, r.o.readyTimeout); err != nil {
+	if err := restored.wait(ctx, r.o.readyTimeout); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	return h, tm, nil
@@ -204,17 +212,26 @@ func limitsFor(meta *vmMeta) *cgroups.Limits {
 func (r *Runtime) machineFor(name, dir string, snap *snapshot) *machine {
 	return &machine{Name: name, Accel: snap.Accel, TSCkHz: r.tscKHz, VCPUs: snap.VCPUs, MemMiB: snap.MemMiB,
 		Kernel: snap.Boot.Kernel, Initramfs: snap.Boot.Initramfs, MemPath: snap.mem(),
-		QMP: filepath.Join(dir, "qmp.sock"), Console: filepath.Join(dir, "console.log"), PidFile: filepath.Join(dir, "pid")}
+		QMP: filepath.Join(dir, "qmp.sock"), Console: filepath.Join(dir, "console.sock"), PidFile: filepath.Join(dir, "pid")}
 }
 
-// launch prepares the guest network in n's namespace, starts QEMU there
-// (in cgroup cg with lim, when lim is set) and connects to its QMP socket.
-// Each acquisition pushes its undo onto undo.
-func (r *Runtime) launch(ctx context.Context, cg string, n *netpolicy.Net, m *machine, lim *cgroups.Limits, undo *cleanup.Stack) (*proc, *qmp.Client, error) {
-	if len(m.QMP) >= 108 {
+// launch prepares the guest network in n's namespace, starts QEMU there,
+// jailed as the root ID of ids (see jail_linux.go) unless WithoutJail (in
+// cgroup cg with lim, when lim is set), and connects to its console and
+// QMP sockets. Each acquisition pushes its undo onto undo.
+func (r *Runtime) launch(ctx context.Context, cg string, n *netpolicy.Net, m *machine, ids idmap.Range, lim *cgroups.Limits, undo *cleanup.Stack) (*proc, *qmp.Client, error) {
+	if len(m.QMP) >= 108 || len(m.Console) >= 108 {
 		return nil, nil, fmt.Errorf("qmp socket path %s is too long for a unix socket (shorten the data dir): %w", m.QMP, errdefs.ErrInvalidArgument)
 	}
-	if err := setupGuestNet(n.NSPath, n.SandboxAddr); err != nil {
+	jc, err := r.prepareJail(n, m, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	owner := 0
+	if jc != nil {
+		owner = jc.UID
+	}
+	if err := setupGuestNet(n.NSPath, n.SandboxAddr, owner, owner); err != nil {
 		return nil, nil, err
 	}
 	if lim != nil {
@@ -223,7 +240,7 @@ func (r *Runtime) launch(ctx context.Context, cg string, n *netpolicy.Net, m *ma
 			return nil, nil, err
 		}
 	}
-	p, err := start(r.o.qemu, n.NSPath, filepath.Join(filepath.Dir(m.QMP), "qemu.log"), m)
+	p, err := start(r.o.qemu, n.NSPath, filepath.Join(filepath.Dir(m.QMP), "qemu.log"), m, jc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -235,19 +252,46 @@ func (r *Runtime) launch(ctx context.Context, cg string, n *netpolicy.Net, m *ma
 		}
 		return err
 	})
+	// QEMU runs no guest code before its console is connected below, so
+	// the guest never runs outside the cgroup.
 	if lim != nil {
 		if err := cgroups.AddPID(cg, p.pid); err != nil {
 			return nil, nil, err
 		}
 	}
+	qemuLog := filepath.Join(filepath.Dir(m.QMP), "qemu.log")
+	// QEMU waits for the console connection before it opens QMP.
+	if p.con, err = dialConsole(ctx, m.Console, consoleLog(m), p.alive); err != nil {
+		return nil, nil, fmt.Errorf("%w (qemu: %q)", err, tail(qemuLog, 1024))
+	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c, err = qmp.Dial(dctx, m.QMP)
+	c, err = dialQMPAt(dctx, m.QMP)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (qemu: %q)", err, tail(filepath.Join(filepath.Dir(m.QMP), "qemu.log"), 1024))
+		return nil, nil, fmt.Errorf("%w (qemu: %q)", err, tail(qemuLog, 1024))
 	}
 	return p, c, nil
 }
+
+// prepareJail removes what an earlier QEMU of m's directory left (its
+// sockets and pidfile, which a QEMU of another user could not replace)
+// and, unless WithoutJail, hands the directory to ids' root and returns
+// the jail of m's QEMU; nil means no jail.
+func (r *Runtime) prepareJail(n *netpolicy.Net, m *machine, ids idmap.Range) (*jail.Config, error) {
+	for _, f := range []string{m.QMP, m.Console, m.PidFile} {
+		_ = os.Remove(f)
+	}
+	if r.o.noJail {
+		return nil, nil
+	}
+	if err := ownForQEMU(filepath.Dir(m.QMP), ids, m.MemPath, m.Disk); err != nil {
+		return nil, err
+	}
+	return jailConfig(r.o.qemu, n.NSPath, m, ids)
+}
+
+// consoleLog is where m's console output is mirrored (capped, see console_linux.go).
+func consoleLog(m *machine) string { return filepath.Join(filepath.Dir(m.Console), "console.log") }
 
 // tail returns the last n bytes of a file, for error messages.
 func tail(path string, n int64) string {
@@ -305,7 +349,7 @@ func (r *Runtime) pushAll(ctx context.Context, id string, b *sandbox) {
 		c := b.qmp
 		if c == nil {
 			dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			c, _ = qmp.Dial(dctx, filepath.Join(dir, "qmp.sock"))
+			c, _ = dialQMPAt(dctx, filepath.Join(dir, "qmp.sock"))
 			cancel()
 		}
 		err := p.stop(ctx, c)
@@ -322,7 +366,7 @@ func (r *Runtime) client(ctx context.Context, id string, b *sandbox) (*qmp.Clien
 	if b.qmp == nil {
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		c, err := qmp.Dial(dctx, filepath.Join(r.sandboxDir(id), "qmp.sock"))
+		c, err := dialQMPAt(dctx, filepath.Join(r.sandboxDir(id), "qmp.sock"))
 		if err != nil {
 			return nil, fmt.Errorf("sandbox %s: %w", id, err)
 		}

@@ -30,12 +30,13 @@ const (
 )
 
 // setupGuestNet runs inside the sandbox's netns (nsPath): a persistent tap
-// for QEMU, forwarding, and nftables NAT that maps sandboxAddr to the guest
+// for QEMU, owned by uid and gid (QEMU's, so that it can attach without
+// CAP_NET_ADMIN; 0 for a QEMU running as root), forwarding, and nftables NAT that maps sandboxAddr to the guest
 // and masquerades the guest's own traffic. Everything dies with the netns.
-func setupGuestNet(nsPath string, sandboxAddr netip.Addr) error {
+func setupGuestNet(nsPath string, sandboxAddr netip.Addr, uid, gid int) error {
 	return inNetns(nsPath, func(ns netns.NsHandle) error {
 		tap := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: tapName}, Mode: netlink.TUNTAP_MODE_TAP,
-			Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR | netlink.TUNTAP_ONE_QUEUE}
+			Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR | netlink.TUNTAP_ONE_QUEUE, Owner: uint32(uid), Group: uint32(gid)}
 		if err := netlink.LinkAdd(tap); err != nil {
 			return fmt.Errorf("add %s: %w", tapName, err)
 		}

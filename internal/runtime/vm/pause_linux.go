@@ -87,9 +87,9 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
 	start := time.Now()
-	if err := r.savePaused(ctx, c, dir); err != nil {
+	if err := r.savePaused(ctx, c, b.proc.con, dir); err != nil {
 		_ = os.Remove(filepath.Join(dir, "state.tmp"))
-		if terr := r.thaw(ctx, c, filepath.Join(dir, "console.log"), false); terr != nil {
+		if terr := r.thaw(ctx, c, b.proc.con, false); terr != nil {
 			err = errors.Join(err, fmt.Errorf("continue after the failed pause: %w", terr))
 		}
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
@@ -109,9 +109,9 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 
 // savePaused freezes the guest into dir/state (see the file comment); on
 // error dir/state does not exist and QEMU still runs, stopped.
-func (r *Runtime) savePaused(ctx context.Context, c *qmp.Client, dir string) error {
+func (r *Runtime) savePaused(ctx context.Context, c *qmp.Client, con *console, dir string) error {
 	tmp, state := filepath.Join(dir, "state.tmp"), filepath.Join(dir, "state")
-	if err := r.freeze(ctx, c, filepath.Join(dir, "console.log"), tmp); err != nil {
+	if err := r.freeze(ctx, c, con, tmp); err != nil {
 		return err
 	}
 	if err := syncFiles(filepath.Join(dir, "mem"), filepath.Join(dir, "disk.qcow2"), tmp); err != nil {
@@ -130,12 +130,13 @@ func (r *Runtime) savePaused(ctx context.Context, c *qmp.Client, dir string) err
 // freeze cuts the guest's link (moat-vminit notes it, so that raising it
 // again makes the guest renew its CRNG and clock as after a restore), stops
 // the vCPUs and saves the device state to path; RAM stays in the memory file.
-func (r *Runtime) freeze(ctx context.Context, c *qmp.Client, console, path string) error {
-	from := consoleSize(console)
+func (r *Runtime) freeze(ctx context.Context, c *qmp.Client, con *console, path string) error {
+	down := con.watch(guestinit.LinkDownMarker)
+	defer down.stop()
 	if err := setLink(ctx, c, false); err != nil {
 		return err
 	}
-	if err := waitConsoleFrom(ctx, console, from, guestinit.LinkDownMarker, r.o.readyTimeout); err != nil {
+	if err := down.wait(ctx, r.o.readyTimeout); err != nil {
 		return err
 	}
 	if err := saveState(ctx, c, path); err != nil {
@@ -147,10 +148,11 @@ func (r *Runtime) freeze(ctx context.Context, c *qmp.Client, console, path strin
 // thaw continues a guest stopped by freeze (also after the migration
 // completed: cont reactivates the block devices) and raises its link; with
 // wait it waits until the guest renewed its CRNG and clock.
-func (r *Runtime) thaw(ctx context.Context, c *qmp.Client, console string, wait bool) error {
+func (r *Runtime) thaw(ctx context.Context, c *qmp.Client, con *console, wait bool) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.readyTimeout)
 	defer cancel()
-	from := consoleSize(console)
+	restored := con.watch(guestinit.RestoredMarker)
+	defer restored.stop()
 	if err := c.Execute(ctx, "cont", nil, nil); err != nil {
 		return err
 	}
@@ -160,7 +162,7 @@ func (r *Runtime) thaw(ctx context.Context, c *qmp.Client, console string, wait 
 	if !wait {
 		return nil
 	}
-	return waitConsoleFrom(ctx, console, from, guestinit.RestoredMarker, r.o.readyTimeout)
+	return restored.wait(ctx, r.o.readyTimeout)
 }
 
 // release quits a paused sandbox's QEMU and removes its network and cgroup;
@@ -176,7 +178,7 @@ func (r *Runtime) release(ctx context.Context, id string, b *sandbox) error {
 	}
 	b.proc, b.qmp = nil, nil
 	errs = append(errs, r.net.Teardown(ctx, id), cgroups.Remove(r.cgroupPath(id)))
-	for _, f := range []string{"qmp.sock", "pid"} {
+	for _, f := range []string{"qmp.sock", "pid", "console.sock"} {
 		_ = os.Remove(filepath.Join(r.sandboxDir(id), f))
 	}
 	b.undo = cleanup.Stack{} // its undos were for the QEMU that just quit
@@ -241,7 +243,11 @@ func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *vmM
 	}
 	undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
 	m := r.sandboxMachine(id, meta)
-	p, c, err := r.launch(ctx, r.cgroupPath(id), n, m, limitsFor(meta), undo)
+	ids, err := r.sandboxIDs(r.sandboxDir(id))
+	if err != nil {
+		return nil, false, err
+	}
+	p, c, err := r.launch(ctx, r.cgroupPath(id), n, m, ids, limitsFor(meta), undo)
 	if err != nil {
 		return nil, false, err
 	}
@@ -257,7 +263,8 @@ func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *vmM
 	if err := syncDir(r.sandboxDir(id)); err != nil {
 		return h, true, err
 	}
-	from := consoleSize(m.Console)
+	restored := p.con.watch(guestinit.RestoredMarker)
+	defer restored.stop()
 	if err := c.Execute(ctx, "cont", nil, nil); err != nil {
 		return h, true, err
 	}
@@ -265,9 +272,9 @@ func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *vmM
 		return h, true, err
 	}
 	if err := waitHealth(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
-		return h, true, fmt.Errorf("%w (console: %q)", err, tail(m.Console, 1024))
+		return h, true, fmt.Errorf("%w (console: %q)", err, p.con.tail(1024))
 	}
-	if err := waitConsoleFrom(ctx, m.Console, from, guestinit.RestoredMarker, r.o.readyTimeout); err != nil {
+	if err := restored.wait(ctx, r.o.readyTimeout); err != nil {
 		return h, true, err
 	}
 	return h, true, nil

@@ -198,14 +198,18 @@ func TestPauseErrors(t *testing.T) {
 	}
 }
 
-// dropQMP closes r's QMP connection to id, as a crash of the server would
-// (QEMU serves one QMP client at a time).
+// dropQMP closes r's QMP and console connections to id, as a crash of
+// the server would (QEMU serves one client at a time on each).
 func dropQMP(r *Runtime, id string) {
 	if b, ok := r.boxes.Lookup(id); ok {
 		b.mu.Lock()
 		if b.qmp != nil {
 			b.qmp.Close()
 			b.qmp = nil
+		}
+		if b.proc != nil {
+			b.proc.con.close()
+			b.proc.con = nil
 		}
 		b.mu.Unlock()
 	}
@@ -265,12 +269,12 @@ func TestRecoverCrashWindows(t *testing.T) {
 		sh(t, h, "echo "+h.ID+" > /dev/shm/value")
 	}
 	b, _ := r.boxes.Lookup(committed.ID)
-	if err := r.savePaused(ctx, b.qmp, r.sandboxDir(committed.ID)); err != nil {
+	if err := r.savePaused(ctx, b.qmp, b.proc.con, r.sandboxDir(committed.ID)); err != nil {
 		t.Fatal(err)
 	}
 	dir := r.sandboxDir(uncommitted.ID)
 	b, _ = r.boxes.Lookup(uncommitted.ID)
-	if err := r.freeze(ctx, b.qmp, filepath.Join(dir, "console.log"), filepath.Join(dir, "state.tmp")); err != nil {
+	if err := r.freeze(ctx, b.qmp, b.proc.con, filepath.Join(dir, "state.tmp")); err != nil {
 		t.Fatal(err)
 	}
 	dropQMP(r, committed.ID)

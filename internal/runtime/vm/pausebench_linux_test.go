@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
 )
 
@@ -213,12 +212,24 @@ func baselineResume(ctx context.Context, r *Runtime, id string, h *runtime.Handl
 	}
 	m := r.sandboxMachine(id, meta)
 	m.MemShared = false
-	p, err := start(r.o.qemu, n.NSPath, filepath.Join(r.sandboxDir(id), "qemu.log"), m)
+	ids, err := r.sandboxIDs(r.sandboxDir(id))
 	if err != nil {
 		return err
 	}
+	jc, err := r.prepareJail(n, m, ids)
+	if err != nil {
+		return err
+	}
+	p, err := start(r.o.qemu, n.NSPath, filepath.Join(r.sandboxDir(id), "qemu.log"), m, jc)
+	if err != nil {
+		return err
+	}
+	if p.con, err = dialConsole(ctx, m.Console, consoleLog(m), p.alive); err != nil {
+		_ = p.stop(ctx, nil)
+		return err
+	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c, err := qmp.Dial(dctx, m.QMP)
+	c, err := dialQMPAt(dctx, m.QMP)
 	cancel()
 	if err != nil {
 		_ = p.stop(ctx, nil)

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moatsh/moat/internal/jail"
 	"github.com/moatsh/moat/internal/qmp"
 )
 
@@ -31,7 +32,7 @@ type machine struct {
 	MemPath   string // memory-backend-file
 	MemShared bool   // share=on: guest RAM lives in MemPath (else a private copy-on-write mapping of it)
 	QMP       string // unix socket
-	Console   string // serial output file
+	Console   string // serial port: unix socket QEMU listens on (see console_linux.go)
 	PidFile   string
 	Incoming  bool // wait for migrate-incoming
 }
@@ -69,7 +70,9 @@ func (m *machine) args() []string {
 		"-accel", accel, "-cpu", cpu, "-smp", strconv.Itoa(m.VCPUs), "-m", strconv.Itoa(m.MemMiB),
 		"-object", fmt.Sprintf("memory-backend-file,id=mem0,size=%dM,mem-path=%s,share=%s", m.MemMiB, m.MemPath, share),
 		"-M", "microvm,memory-backend=mem0",
-		"-serial", "file:" + m.Console,
+		// wait=on: the guest does not start before Moat is connected.
+		"-chardev", "socket,id=con0,path=" + m.Console + ",server=on,wait=on",
+		"-serial", "chardev:con0",
 		"-kernel", m.Kernel, "-initrd", m.Initramfs, "-append", m.kernelArgs(),
 		"-drive", "file=" + m.Disk + ",format=qcow2,if=none,id=d0,cache=unsafe,discard=unmap",
 		"-device", "virtio-blk-device,drive=d0",
@@ -92,20 +95,31 @@ func (m *machine) args() []string {
 type proc struct {
 	pid  int
 	done chan struct{} // closed when it exited (own child) — nil for adopted processes
+	con  *console      // its serial port; nil until connected
 }
 
-// start runs QEMU inside the network namespace nsPath (nsenter execs, so the
-// PID is QEMU's), logging to logPath.
-func start(qemu, nsPath, logPath string, m *machine) (*proc, error) {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+// start runs QEMU jailed by jc (see jail_linux.go), or, with a nil jc, as
+// root inside the network namespace nsPath (nsenter execs, so the PID is
+// QEMU's), logging to logPath. QEMU inherits stdin (/dev/null), stdout and
+// stderr (the log) and no other descriptor.
+func start(qemu, nsPath, logPath string, m *machine, jc *jail.Config) (*proc, error) {
+	// Root's file in a directory QEMU can write to: never follow a link.
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("qemu log: %w", err)
 	}
 	defer logf.Close()
-	args := append([]string{"--net=" + nsPath, "--", qemu}, m.args()...)
-	cmd := exec.Command("nsenter", args...)
+	var cmd *exec.Cmd
+	if jc != nil {
+		if cmd, err = jail.Command(jc); err != nil {
+			return nil, err
+		}
+	} else {
+		args := append([]string{"--net=" + nsPath, "--", qemu}, m.args()...)
+		cmd = exec.Command("nsenter", args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
@@ -163,6 +177,7 @@ func (p *proc) wait(d time.Duration) bool {
 
 // stop asks QEMU to quit over QMP (c may be nil), then SIGKILLs it.
 func (p *proc) stop(ctx context.Context, c *qmp.Client) error {
+	defer p.con.close()
 	if !p.alive() {
 		return nil
 	}

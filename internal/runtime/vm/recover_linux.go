@@ -110,7 +110,7 @@ func (r *Runtime) recoverLive(ctx context.Context, id string) (*runtime.Handle, 
 func dialQMP(ctx context.Context, dir string, timeout time.Duration) *qmp.Client {
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c, err := qmp.Dial(dctx, filepath.Join(dir, "qmp.sock"))
+	c, err := dialQMPAt(dctx, filepath.Join(dir, "qmp.sock"))
 	if err != nil {
 		return nil
 	}
@@ -155,6 +155,7 @@ func (r *Runtime) adoptRunning(ctx context.Context, id string, p *proc) (*runtim
 			return nil, fmt.Errorf("recover sandbox %s: %w", id, err)
 		}
 	}
+	p.con = r.reconnectConsole(ctx, id, p)
 	b := r.boxes.Get(id)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -163,6 +164,29 @@ func (r *Runtime) adoptRunning(ctx context.Context, id string, p *proc) (*runtim
 	b.created = true
 	r.pushAll(context.Background(), id, b)
 	return b.handle, nil
+}
+
+// reconnectConsole connects to the serial port of adopted QEMU p again
+// (it dropped the output while nobody listened), or follows the console
+// file of a QEMU started by an older version; nil when neither works.
+func (r *Runtime) reconnectConsole(ctx context.Context, id string, p *proc) *console {
+	dir := r.sandboxDir(id)
+	sock := filepath.Join(dir, "console.sock")
+	if _, err := os.Lstat(sock); err != nil {
+		con, err := followFile(filepath.Join(dir, "console.log"), p.alive)
+		if err != nil {
+			r.log.WarnContext(ctx, "adopted sandbox has no console: pause and snapshot will fail", "sandbox", id, "err", err)
+		}
+		return con
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	con, err := dialConsole(cctx, sock, filepath.Join(dir, "console.log"), p.alive)
+	if err != nil {
+		r.log.WarnContext(ctx, "adopted sandbox: console", "sandbox", id, "err", err)
+		return nil
+	}
+	return con
 }
 
 func (r *Runtime) removeStrayCgroups(live, seen map[string]bool) error {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/moatsh/moat/internal/cleanup"
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
@@ -50,6 +51,7 @@ type options struct {
 	readyTimeout time.Duration
 	bootTimeout  time.Duration
 	diskFreeMiB  int
+	noJail       bool
 }
 
 // WithAccel picks the accelerator: "auto" (KVM when a probe guest boots
@@ -74,6 +76,10 @@ func WithReadyTimeout(d time.Duration) Option { return func(o *options) { o.read
 // WithDiskFree sets the free space of a template's disk image (MiB).
 func WithDiskFree(mib int) Option { return func(o *options) { o.diskFreeMiB = mib } }
 
+// WithoutJail runs QEMU as root with all capabilities in the host's mount
+// namespace, as before the jail existed: for benchmarks and debugging only.
+func WithoutJail() Option { return func(o *options) { o.noJail = true } }
+
 // Runtime runs sandboxes as QEMU microVMs. Safe for concurrent use.
 type Runtime struct {
 	log    *slog.Logger
@@ -81,6 +87,7 @@ type Runtime struct {
 	o      options
 	net    *netpolicy.Manager
 	tscKHz int
+	ids    *idmap.Allocator // each QEMU's host IDs, recorded in its sandbox dir
 
 	accelOnce sync.Once
 	accel     string // resolved accelerator
@@ -142,6 +149,9 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	}
 	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, tscKHz: hostTSCkHz(),
 		snapLocks: map[string]*sync.Mutex{}}
+	// The container runtime allocates from the same ID space under
+	// <DataDir>/sandboxes: its ranges count as taken.
+	r.ids = idmap.NewAllocator(filepath.Join(r.dir, "sandboxes"), filepath.Join(cfg.DataDir, "sandboxes"))
 	for _, d := range []string{"kernel", "templates", "sandboxes", "snapshots"} {
 		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("vm runtime: %w", err)

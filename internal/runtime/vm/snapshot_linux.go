@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/moatsh/moat/internal/qmp"
@@ -130,7 +131,10 @@ func migrateTo(ctx context.Context, c *qmp.Client, path string, ignoreShared boo
 	if err := setCapability(ctx, c, "x-ignore-shared", ignoreShared); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	// QEMU can create entries in its directory: a new root-owned file,
+	// never a file or link it left there.
+	_ = os.Remove(path)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("state file: %w", err)
 	}
@@ -164,7 +168,7 @@ func migrateFrom(ctx context.Context, c *qmp.Client, path string, ignoreShared b
 	if err := setCapability(ctx, c, "x-ignore-shared", ignoreShared); err != nil {
 		return err
 	}
-	f, err := os.Open(path)
+	f, err := openRootFile(path)
 	if err != nil {
 		return fmt.Errorf("state file: %w", err)
 	}
@@ -211,35 +215,6 @@ func setLink(ctx context.Context, c *qmp.Client, up bool) error {
 	return c.Execute(ctx, "set_link", map[string]any{"name": "n0", "up": up}, nil)
 }
 
-// waitConsole polls the guest's serial output until it contains marker.
-func waitConsole(ctx context.Context, path, marker string, timeout time.Duration) error {
-	return waitConsoleFrom(ctx, path, 0, marker, timeout)
-}
-
-// waitConsoleFrom is waitConsole for output after the first from bytes
-// (consoleSize before the event that prints marker).
-func waitConsoleFrom(ctx context.Context, path string, from int64, marker string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		if b, err := os.ReadFile(path); err == nil && int64(len(b)) > from && strings.Contains(string(b[from:]), marker) {
-			return nil
-		}
-		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
-			return fmt.Errorf("console never showed %q: %w (console: %q)", marker, err, tail(path, 1024))
-		}
-	}
-}
-
-// consoleSize is the length of the guest's serial output so far.
-func consoleSize(path string) int64 {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
 // setCapability turns a migration capability on or off.
 func setCapability(ctx context.Context, c *qmp.Client, name string, on bool) error {
 	return c.Execute(ctx, "migrate-set-capabilities", map[string]any{"capabilities": []map[string]any{
@@ -265,6 +240,22 @@ func waitMigration(ctx context.Context, c *qmp.Client, query string) error {
 			return fmt.Errorf("migration: %w", err)
 		}
 	}
+}
+
+// openRootFile opens path for reading if it is a regular file owned by
+// root, not through a symlink: a file in a directory a jailed QEMU can
+// write to that Moat hands to QEMU must be Moat's own.
+func openRootFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Uid != 0 {
+		f.Close()
+		return nil, fmt.Errorf("%s: not a regular file of root's", path)
+	}
+	return f, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

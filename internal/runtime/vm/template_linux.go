@@ -13,7 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/cleanup"
+	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 )
@@ -121,20 +123,27 @@ func (r *Runtime) takeSnapshot(ctx context.Context, img string, s *snapshot, met
 	undo.Push(func() error { return r.net.Teardown(ctx, bootID) })
 	m := r.machineFor("moat-"+bootID, s.Dir, s)
 	m.Disk, m.MemShared = s.disk(), true
+	ids, err := r.bootIDs(bootID, &undo)
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
-	_, c, err := r.launch(ctx, "", n, m, nil, &undo)
+	lim := &cgroups.Limits{MemoryBytes: int64(s.MemMiB+qemuOverheadMiB) << 20, Pids: qemuPids, CPUs: s.VCPUs}
+	p, c, err := r.launch(ctx, r.cgroupPath(bootID), n, m, ids, lim, &undo)
 	if err != nil {
 		return err
 	}
 	addr := n.SandboxAddr.String() + ":49983"
 	if err := waitHealth(ctx, addr, r.o.bootTimeout); err != nil {
-		return fmt.Errorf("cold boot: %w (console: %q)", err, tail(m.Console, 2048))
+		return fmt.Errorf("cold boot: %w (console: %q)", err, p.con.tail(2048))
 	}
 	t1 := time.Now()
+	down := p.con.watch(guestinit.LinkDownMarker)
+	defer down.stop()
 	if err := setLink(ctx, c, false); err != nil {
 		return err
 	}
-	if err := waitConsole(ctx, m.Console, guestinit.LinkDownMarker, 30*time.Second); err != nil {
+	if err := down.wait(ctx, 30*time.Second); err != nil {
 		return err
 	}
 	if err := saveState(ctx, c, s.state()); err != nil {
@@ -144,8 +153,8 @@ func (r *Runtime) takeSnapshot(ctx context.Context, img string, s *snapshot, met
 	if err := undo.Run(); err != nil {
 		return err
 	}
-	for _, f := range []string{"qmp.sock", "pid"} {
-		_ = os.Remove(filepath.Join(s.Dir, f))
+	if err := disownTemplate(s.Dir); err != nil { // also removes the sockets and pidfile
+		return err
 	}
 	if err := os.WriteFile(filepath.Join(s.Dir, readyFile), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
 		return err
@@ -153,6 +162,23 @@ func (r *Runtime) takeSnapshot(ctx context.Context, img string, s *snapshot, met
 	r.log.InfoContext(ctx, "template snapshot taken", "dir", s.Dir, "accel", s.Accel,
 		"cold_boot", t1.Sub(t0).Round(time.Millisecond), "save", t2.Sub(t1).Round(time.Millisecond))
 	return nil
+}
+
+// bootIDs allocates the host IDs of a template boot's QEMU: a directory
+// <vm>/sandboxes/<bootID> holds the record while the boot runs (undo
+// removes it; Recover removes one a crash left, as an orphaned sandbox).
+func (r *Runtime) bootIDs(bootID string, undo *cleanup.Stack) (idmap.Range, error) {
+	dir := r.sandboxDir(bootID)
+	_ = os.RemoveAll(dir)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return idmap.Range{}, fmt.Errorf("template boot ids: %w", err)
+	}
+	undo.Push(func() error { return os.RemoveAll(dir) })
+	ids, err := r.ids.Allocate(dir)
+	if err != nil {
+		return idmap.Range{}, fmt.Errorf("template boot ids: %w", err)
+	}
+	return ids, nil
 }
 
 // resolveAccel decides the accelerator once: "auto" means KVM only when a
@@ -192,16 +218,19 @@ func (r *Runtime) probeKVM(ctx context.Context, bf *bootFiles) error {
 	}
 	defer os.RemoveAll(dir)
 	m := &machine{Accel: "kvm", TSCkHz: r.tscKHz}
-	console := filepath.Join(dir, "console.log")
+	// The serial port and QEMU's messages share stdout, kept in a ring:
+	// bounded whatever the guest prints.
 	args := []string{"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-accel", "kvm", "-cpu", "host",
-		"-m", "256", "-M", "microvm", "-serial", "file:" + console, "-kernel", bf.Kernel, "-initrd", bf.Initramfs,
+		"-m", "256", "-M", "microvm", "-serial", "stdio", "-kernel", bf.Kernel, "-initrd", bf.Initramfs,
 		"-append", m.kernelArgs() + " " + guestinit.ArgProbe + "=1"}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, r.o.qemu, args...)
-	out, err := cmd.CombinedOutput()
-	if b, _ := os.ReadFile(console); strings.Contains(string(b), guestinit.ProbeMarker) {
+	out := newRing(consoleRing)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, out, out
+	err = cmd.Run()
+	if b := out.tail(consoleRing); strings.Contains(string(b), guestinit.ProbeMarker) {
 		return nil
 	}
-	return fmt.Errorf("kvm probe: %v: %s", err, out)
+	return fmt.Errorf("kvm probe: %v: %s", err, out.tail(2048))
 }

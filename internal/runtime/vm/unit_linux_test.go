@@ -12,7 +12,7 @@ import (
 
 func TestMachineArgs(t *testing.T) {
 	base := machine{Name: "moat-x", Accel: "tcg", TSCkHz: 2096007, VCPUs: 2, MemMiB: 256, Kernel: "/k", Initramfs: "/i",
-		Disk: "/d.qcow2", MemPath: "/m", QMP: "/q.sock", Console: "/c.log", PidFile: "/p"}
+		Disk: "/d.qcow2", MemPath: "/m", QMP: "/q.sock", Console: "/c.sock", PidFile: "/p"}
 	for _, tc := range []struct {
 		name    string
 		mod     func(m *machine)
@@ -21,7 +21,8 @@ func TestMachineArgs(t *testing.T) {
 	}{
 		{name: "template boot", mod: func(m *machine) { m.MemShared = true },
 			want: []string{"-accel tcg,tb-size=128 -cpu max", "share=on", "-M microvm,memory-backend=mem0", "tsc_early_khz=2096007",
-				"-no-reboot", "reboot=t", "spawn=deny", "ifname=tap0", "mac=" + guestMAC, "-smp 2 -m 256"},
+				"-no-reboot", "reboot=t", "spawn=deny",
+				"-chardev socket,id=con0,path=/c.sock,server=on,wait=on -serial chardev:con0", "ifname=tap0", "mac=" + guestMAC, "-smp 2 -m 256"},
 			notWant: []string{"-incoming"}},
 		{name: "restore", mod: func(m *machine) { m.Incoming, m.MemShared = true, true }, want: []string{"share=on", "-S -incoming defer"}},
 		{name: "private memory", mod: func(m *machine) {}, want: []string{"share=off"}},

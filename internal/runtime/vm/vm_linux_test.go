@@ -349,7 +349,7 @@ func TestRecoverAdoptsLiveAndRemovesOthers(t *testing.T) {
 	keep, drop := create(t, r), create(t, r)
 	// A second Runtime over the same data dir plays the restarted server.
 	dropQMP(r, keep.ID)
-	r2 := &Runtime{log: r.log, dir: r.dir, o: r.o, net: r.net, tscKHz: r.tscKHz,
+	r2 := &Runtime{log: r.log, dir: r.dir, o: r.o, net: r.net, tscKHz: r.tscKHz, ids: r.ids,
 		snapLocks: map[string]*sync.Mutex{}}
 	hs, err := r2.Recover(context.Background(), []string{keep.ID})
 	if err != nil {
@@ -366,6 +366,14 @@ func TestRecoverAdoptsLiveAndRemovesOthers(t *testing.T) {
 	}
 	if _, err := os.Stat(r.sandboxDir(drop.ID)); err == nil {
 		t.Fatal("orphan's directory survived Recover")
+	}
+	// The adopted VM's console is connected again: a pause (which waits
+	// for a console marker) and a resume work.
+	if err := r2.Pause(context.Background(), keep.ID); err != nil {
+		t.Fatalf("pause of the adopted sandbox: %v", err)
+	}
+	if keep, err = r2.Resume(context.Background(), keep.ID); err != nil {
+		t.Fatalf("resume of the adopted sandbox: %v", err)
 	}
 	killAndCheck(t, r2, keep)
 	_ = r.Kill(context.Background(), drop.ID) // drops r's bookkeeping

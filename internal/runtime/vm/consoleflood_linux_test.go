@@ -1,0 +1,90 @@
+package vm
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// vmRSS is this process's resident set size (VmRSS) in bytes.
+func vmRSS(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// TestConsoleFloodBounded: guest root floods its console; the host keeps
+// at most the ring in memory and 2×consoleFileCap on disk, and pausing
+// the flooding guest (which waits for a console marker) costs the server
+// no memory to speak of.
+func TestConsoleFloodBounded(t *testing.T) {
+	r := testRuntime(t)
+	h := create(t, r)
+	line := strings.Repeat("flood", 20)
+	out, err := run(h, "root", 30*time.Second, "sh", "-c", "(while :; do echo "+line+"; done > /dev/console 2>&1 &) ; echo started")
+	if err != nil || !strings.Contains(out, "started") {
+		t.Fatalf("start flood: %v %q", err, out)
+	}
+	b, _ := r.boxes.Lookup(h.ID)
+	con := b.proc.con
+	dir := r.sandboxDir(h.ID)
+	start := time.Now()
+	total0, _ := con.stats()
+	for time.Since(start) < 25*time.Second {
+		time.Sleep(time.Second)
+		checkConsoleFiles(t, dir)
+	}
+	total, dropped := con.stats()
+	rate := float64(total-total0) / time.Since(start).Seconds()
+	t.Logf("flood: %d bytes in %v (%.0f KiB/s), ring holds %d, dropped %d", total-total0,
+		time.Since(start).Round(time.Second), rate/1024, total-dropped, dropped)
+	if total-total0 < 2*consoleRing || total-dropped > consoleRing {
+		t.Errorf("flood total %d, dropped %d: the guest did not flood or the ring grew", total-total0, dropped)
+	}
+	debug.FreeOSMemory()
+	before := vmRSS(t)
+	ctx := context.Background()
+	if err := r.Pause(ctx, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	after := vmRSS(t)
+	t.Logf("pause of the flooding guest: RSS %d → %d KiB (%+d KiB)", before>>10, after>>10, (after-before)>>10)
+	if after-before > 4<<20 {
+		t.Errorf("pause grew the RSS by %d KiB", (after-before)>>10)
+	}
+	checkConsoleFiles(t, dir)
+	h2, err := r.Resume(ctx, h.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(h2, "root", 30*time.Second, "true"); err != nil {
+		t.Errorf("after resume: %v", err)
+	}
+}
+
+func checkConsoleFiles(t *testing.T, dir string) {
+	t.Helper()
+	for _, f := range []string{"console.log", "console.log.1"} {
+		if fi, err := os.Lstat(filepath.Join(dir, f)); err == nil && fi.Size() > consoleFileCap {
+			t.Errorf("%s: %d bytes (cap %d)", f, fi.Size(), consoleFileCap)
+		}
+	}
+}
