@@ -12,6 +12,7 @@ import (
 	"github.com/moatsh/moat/internal/app"
 	_ "github.com/moatsh/moat/internal/runtime/container" // registers runtime "container"
 	_ "github.com/moatsh/moat/internal/runtime/vm"        // registers runtime "vm"
+	"github.com/moatsh/moat/internal/store"
 )
 
 func newServeCmd() *cobra.Command {
@@ -61,13 +62,18 @@ func newServeCmd() *cobra.Command {
 
 func newAPIKeyCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "apikey", Short: "Manage API keys"}
-	var dataDir string
+	var dataDir, team string
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Create an API key; it is printed on the last line of stdout",
-		Args:  cobra.NoArgs,
+		Long: `Create an API key; it is printed on the last line of stdout.
+
+Every key belongs to a team: sandboxes and snapshots belong to the team of
+the key that created them, and keys of other teams can neither see nor
+touch them. Templates are shared by all teams.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			key, err := app.CreateAPIKey(cmd.Context(), dataDir)
+			key, err := app.CreateAPIKey(cmd.Context(), dataDir, team)
 			if err != nil {
 				return fmt.Errorf("create api key: %w", err)
 			}
@@ -76,6 +82,8 @@ func newAPIKeyCmd() *cobra.Command {
 		},
 	}
 	addDataDirFlag(create, &dataDir)
+	create.Flags().StringVar(&team, "team", store.DefaultTeam,
+		"team the key belongs to: 1-63 of a-z, 0-9, '_', '-', starting with a letter or digit")
 	cmd.AddCommand(create)
 	return cmd
 }

@@ -177,7 +177,7 @@ func ensureAPIKey(ctx context.Context, db *store.DB, out io.Writer) error {
 	if err != nil || n > 0 {
 		return err
 	}
-	key, err := db.CreateAPIKey(ctx)
+	key, err := db.CreateAPIKey(ctx, store.DefaultTeam)
 	if err != nil {
 		return err
 	}
@@ -213,14 +213,22 @@ func openStore(ctx context.Context, dataDir string) (*store.DB, error) {
 	return store.Open(ctx, filepath.Join(dataDir, "moat.db"))
 }
 
-// CreateAPIKey adds an API key to the store in dataDir and returns it.
-func CreateAPIKey(ctx context.Context, dataDir string) (string, error) {
+// CreateAPIKey adds an API key of team (store.DefaultTeam when "") to the
+// store in dataDir and returns it. The team name is checked before the
+// store is opened, so a bad name creates nothing.
+func CreateAPIKey(ctx context.Context, dataDir, team string) (string, error) {
+	if team == "" {
+		team = store.DefaultTeam
+	}
+	if err := store.ValidateTeam(team); err != nil {
+		return "", err
+	}
 	db, err := openStore(ctx, dataDir)
 	if err != nil {
 		return "", err
 	}
 	defer db.Close()
-	return db.CreateAPIKey(ctx)
+	return db.CreateAPIKey(ctx, team)
 }
 
 // ListTemplates returns the templates in the store in dataDir.

@@ -145,7 +145,7 @@ func TestServeEndToEnd(t *testing.T) {
 func TestCLIHelpers(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "data")
-	key, err := CreateAPIKey(ctx, dir)
+	key, err := CreateAPIKey(ctx, dir, "")
 	if err != nil || !strings.HasPrefix(key, "e2b_") {
 		t.Fatalf("key %q %v", key, err)
 	}
@@ -254,5 +254,34 @@ func TestSecureDataDir(t *testing.T) {
 		if fi.Mode().Perm() != mode {
 			t.Errorf("%s: %v, want %v", p, fi.Mode().Perm(), mode)
 		}
+	}
+}
+
+// TestFirstKeyIsDefaultTeam: the key printed at first start belongs to the
+// default team, and none is added once any key (of any team) exists.
+func TestFirstKeyIsDefaultTeam(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "data")
+	db, err := openStore(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var out bytes.Buffer
+	if err := ensureAPIKey(ctx, db, &out); err != nil {
+		t.Fatal(err)
+	}
+	key := strings.TrimSpace(strings.TrimPrefix(out.String(), "Created API key: "))
+	if team, ok, err := db.CheckAPIKey(ctx, key); err != nil || !ok || team != store.DefaultTeam {
+		t.Fatalf("first key %q: team %q ok %v err %v", key, team, ok, err)
+	}
+	if err := ensureAPIKey(ctx, db, &out); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := db.CountAPIKeys(ctx); n != 1 {
+		t.Fatalf("keys = %d after a second start", n)
+	}
+	if _, err := CreateAPIKey(ctx, t.TempDir(), "Not A Team"); err == nil || !strings.Contains(err.Error(), "invalid team name") {
+		t.Fatalf("bad team: %v", err)
 	}
 }

@@ -28,7 +28,7 @@ func TestAdmission(t *testing.T) {
 	}})
 	env := orchestratortest.New(t, orchestrator.Config{Admission: adm})
 	ctx := context.Background()
-	req := orchestrator.CreateRequest{Template: "base", Timeout: time.Minute}
+	req := orchestrator.CreateRequest{Team: team, Template: "base", Timeout: time.Minute}
 
 	inRuntime, unblock := make(chan struct{}), make(chan struct{})
 	var once sync.Once

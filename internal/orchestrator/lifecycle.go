@@ -10,10 +10,14 @@ import (
 	"github.com/moatsh/moat/internal/store"
 )
 
-// Kill stops a sandbox (running or paused) and forgets it. ErrNotFound when
-// the ID is unknown; the runtime's Kill is idempotent underneath.
-func (o *Orchestrator) Kill(ctx context.Context, id string) error {
-	e, err := o.entryFor(id)
+// Kill stops one of team's sandboxes (running or paused) and forgets it.
+// ErrNotFound when the ID is unknown or another team's; the runtime's Kill
+// is idempotent underneath.
+//
+// Like Kill, every operation on one sandbox below takes the caller's team
+// and answers ErrNotFound for another team's sandbox, as for an unknown ID.
+func (o *Orchestrator) Kill(ctx context.Context, team, id string) error {
+	e, err := o.entryFor(team, id)
 	if err != nil {
 		return err
 	}
@@ -39,8 +43,8 @@ func (o *Orchestrator) killLocked(ctx context.Context, e *entry, id string) erro
 }
 
 // Pause freezes a running sandbox. ErrConflict when it is not running.
-func (o *Orchestrator) Pause(ctx context.Context, id string) error {
-	e, err := o.entryFor(id)
+func (o *Orchestrator) Pause(ctx context.Context, team, id string) error {
+	e, err := o.entryFor(team, id)
 	if err != nil {
 		return err
 	}
@@ -76,11 +80,11 @@ func (o *Orchestrator) pauseLocked(ctx context.Context, e *entry) error {
 
 // Resume continues a paused sandbox with a new timeout. ErrConflict when it
 // is not paused.
-func (o *Orchestrator) Resume(ctx context.Context, id string, timeout time.Duration) (store.Sandbox, error) {
+func (o *Orchestrator) Resume(ctx context.Context, team, id string, timeout time.Duration) (store.Sandbox, error) {
 	if err := o.checkTimeout(timeout); err != nil {
 		return store.Sandbox{}, err
 	}
-	e, err := o.entryFor(id)
+	e, err := o.entryFor(team, id)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -140,8 +144,11 @@ func (o *Orchestrator) resumeLocked(ctx context.Context, e *entry, sb store.Sand
 // Wake is the proxy's auto-resume: it resumes a paused sandbox created with
 // auto-resume, giving it its create-time timeout again, and returns its
 // route. A sandbox that is already running just returns its route.
+//
+// Wake acts for no team: the proxy authorises sandbox traffic by the
+// sandbox's envd access token, not by API key.
 func (o *Orchestrator) Wake(ctx context.Context, id string) (Route, error) {
-	e, err := o.entryFor(id)
+	e, err := o.anyEntry(id)
 	if err != nil {
 		return Route{}, err
 	}
@@ -169,11 +176,11 @@ func (o *Orchestrator) Wake(ctx context.Context, id string) (Route, error) {
 
 // Connect extends a running sandbox's timeout (never shortening it) or
 // resumes a paused one; resumed reports which happened (201 vs 200).
-func (o *Orchestrator) Connect(ctx context.Context, id string, timeout time.Duration) (sb store.Sandbox, resumed bool, err error) {
+func (o *Orchestrator) Connect(ctx context.Context, team, id string, timeout time.Duration) (sb store.Sandbox, resumed bool, err error) {
 	if err := o.checkTimeout(timeout); err != nil {
 		return store.Sandbox{}, false, err
 	}
-	e, err := o.entryFor(id)
+	e, err := o.entryFor(team, id)
 	if err != nil {
 		return store.Sandbox{}, false, err
 	}
@@ -192,9 +199,9 @@ func (o *Orchestrator) Connect(ctx context.Context, id string, timeout time.Dura
 }
 
 // Refresh extends a running sandbox's timeout by d (at least 15 s).
-func (o *Orchestrator) Refresh(ctx context.Context, id string, d time.Duration) error {
+func (o *Orchestrator) Refresh(ctx context.Context, team, id string, d time.Duration) error {
 	d = max(d, 15*time.Second)
-	e, err := o.entryFor(id)
+	e, err := o.entryFor(team, id)
 	if err != nil {
 		return err
 	}
@@ -209,11 +216,11 @@ func (o *Orchestrator) Refresh(ctx context.Context, id string, d time.Duration) 
 
 // SetTimeout sets a running sandbox's end to now+d; it may shorten it.
 // d must be in (0, MaxTimeout]: zero or negative answers ErrInvalidArgument.
-func (o *Orchestrator) SetTimeout(ctx context.Context, id string, d time.Duration) error {
+func (o *Orchestrator) SetTimeout(ctx context.Context, team, id string, d time.Duration) error {
 	if err := o.checkTimeout(d); err != nil {
 		return err
 	}
-	e, err := o.entryFor(id)
+	e, err := o.entryFor(team, id)
 	if err != nil {
 		return err
 	}

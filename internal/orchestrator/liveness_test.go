@@ -32,7 +32,7 @@ func TestSandboxDyingOnItsOwnIsReportedGone(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if _, err := env.Orch.Get(ctx, victim.ID); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := env.Orch.Get(ctx, team, victim.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Get(dead) = %v, want not found", err)
 	}
 	if _, ok := env.Orch.Lookup(neighbour.ID); !ok {

@@ -12,12 +12,14 @@ import (
 	"github.com/moatsh/moat/internal/store"
 )
 
-// Metrics returns the current resource reading of a running sandbox (empty
-// for a paused one). CPU percentage is measured against the previous call,
-// or over a short window on the first call.
-func (o *Orchestrator) Metrics(ctx context.Context, id string) ([]Metric, error) {
+// Metrics returns the current resource reading of one of team's running
+// sandboxes (empty for a paused one; ErrNotFound for another team's). CPU
+// percentage is measured against the previous call, or over a short window
+// on the first call.
+func (o *Orchestrator) Metrics(ctx context.Context, team, id string) ([]Metric, error) {
 	o.mu.RLock()
 	e, ok := o.live[id]
+	ok = ok && e.ownedBy(team)
 	var sb store.Sandbox
 	var addr netip.Addr
 	if ok {

@@ -52,7 +52,8 @@ type Config struct {
 
 // CreateRequest is a validated create call.
 type CreateRequest struct {
-	Template      string // template ID or name
+	Team          string // the caller's team: owns the sandbox (required)
+	Template      string // template ID or name, or a snapshot ID or name of Team
 	Timeout       time.Duration
 	Metadata      map[string]string
 	EnvVars       map[string]string
@@ -135,17 +136,21 @@ func (o *Orchestrator) MaxTimeout() time.Duration { return o.cfg.MaxTimeout }
 // RuntimeName is the backend in use.
 func (o *Orchestrator) RuntimeName() string { return o.rt.Name() }
 
-// Create starts a sandbox and returns once envd inside it is initialised.
-// Errors: ErrNotFound (template), ErrInvalidArgument (timeout, envVars, limits),
+// Create starts a sandbox owned by req.Team and returns once envd inside it
+// is initialised. Errors: ErrNotFound (template, or a snapshot the team does
+// not have), ErrInvalidArgument (team, timeout, envVars, limits),
 // ErrUnavailable (envd never became ready), or the runtime's error.
 func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.Sandbox, retErr error) {
+	if err := store.ValidateTeam(req.Team); err != nil {
+		return store.Sandbox{}, err
+	}
 	if err := o.checkTimeout(req.Timeout); err != nil {
 		return store.Sandbox{}, err
 	}
 	if err := checkEnvVars(req.EnvVars); err != nil {
 		return store.Sandbox{}, err
 	}
-	tpl, snap, err := o.source(ctx, req.Template)
+	tpl, snap, err := o.source(ctx, req.Team, req.Template)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -159,7 +164,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 		spec.Snapshot, spec.VCPUs, spec.MemoryMiB, spec.DiskMiB = snap.ID, snap.CPUCount, snap.MemoryMB, snap.DiskSizeMB
 		envVars = mergeEnv(snap.EnvVars, req.EnvVars)
 	}
-	sb := store.Sandbox{ID: spec.ID, TemplateID: tpl.ID, Alias: tpl.Name, State: store.StateRunning,
+	sb := store.Sandbox{ID: spec.ID, Team: req.Team, TemplateID: tpl.ID, Alias: tpl.Name, State: store.StateRunning,
 		Runtime: o.rt.Name(), Metadata: req.Metadata, EnvVars: envVars, Secure: req.Secure,
 		AllowInternet: req.AllowInternet, AutoPause: req.AutoPause, AutoResume: req.AutoResume && req.AutoPause,
 		Timeout: req.Timeout, CPUCount: spec.VCPUs, MemoryMB: spec.MemoryMiB, DiskSizeMB: spec.DiskMiB}
@@ -183,7 +188,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 			log.Warn("create failed", "err", retErr)
 		}
 	}()
-	h, err := o.createRuntime(ctx, spec)
+	h, err := o.createRuntime(ctx, req.Team, spec)
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	}
@@ -209,11 +214,11 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 // createRuntime asks the runtime for the sandbox; one from a snapshot holds
 // snapUse shared while the runtime copies it, after checking that the
 // snapshot was not deleted meanwhile.
-func (o *Orchestrator) createRuntime(ctx context.Context, spec runtime.Spec) (*runtime.Handle, error) {
+func (o *Orchestrator) createRuntime(ctx context.Context, team string, spec runtime.Spec) (*runtime.Handle, error) {
 	if spec.Snapshot != "" {
 		o.snapUse.RLock()
 		defer o.snapUse.RUnlock()
-		if _, err := o.db.GetSnapshot(ctx, spec.Snapshot); err != nil {
+		if _, err := o.db.GetSnapshot(ctx, team, spec.Snapshot); err != nil {
 			if errdefs.IsNotFound(err) {
 				err = fmt.Errorf("snapshot %s was deleted: %w", spec.Snapshot, errdefs.ErrNotFound)
 			}
@@ -223,10 +228,12 @@ func (o *Orchestrator) createRuntime(ctx context.Context, spec runtime.Spec) (*r
 	return o.rt.Create(ctx, spec)
 }
 
-// source resolves a create's template reference: a template ID or name,
-// else a snapshot ID or name (snap is then set; tpl is its template, which
-// may since have been deleted: only its ID and name are filled).
-func (o *Orchestrator) source(ctx context.Context, ref string) (tpl store.Template, snap *store.Snapshot, err error) {
+// source resolves a create's template reference: a template ID or name
+// (templates are shared by every team), else an ID or name of one of team's
+// snapshots (snap is then set; tpl is its template, which may since have
+// been deleted: only its ID and name are filled). Another team's snapshot
+// is not found, exactly like an unknown reference.
+func (o *Orchestrator) source(ctx context.Context, team, ref string) (tpl store.Template, snap *store.Snapshot, err error) {
 	tpl, err = o.db.GetTemplate(ctx, ref)
 	if err == nil {
 		if tpl.Runtime != "" && tpl.Runtime != o.rt.Name() {
@@ -238,7 +245,7 @@ func (o *Orchestrator) source(ctx context.Context, ref string) (tpl store.Templa
 	if !errdefs.IsNotFound(err) {
 		return tpl, nil, err
 	}
-	s, serr := o.db.GetSnapshot(ctx, ref)
+	s, serr := o.db.GetSnapshot(ctx, team, ref)
 	if serr != nil {
 		if errdefs.IsNotFound(serr) {
 			return tpl, nil, fmt.Errorf("template '%s' not found: %w", ref, errdefs.ErrNotFound)
@@ -315,21 +322,29 @@ func (o *Orchestrator) spec(tpl store.Template, req CreateRequest) (runtime.Spec
 	return s, nil
 }
 
-// Get returns a live sandbox; ErrNotFound when it is unknown or killed.
-func (o *Orchestrator) Get(ctx context.Context, id string) (store.Sandbox, error) {
+// Get returns one of team's live sandboxes; ErrNotFound when it is unknown,
+// killed, or another team's.
+func (o *Orchestrator) Get(ctx context.Context, team, id string) (store.Sandbox, error) {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	e, ok := o.live[id]
-	if !ok {
+	if !ok || !e.ownedBy(team) {
 		return store.Sandbox{}, errNotFound(id)
 	}
 	return e.sb, nil
 }
 
-// List returns sandboxes from the store.
-func (o *Orchestrator) List(ctx context.Context, f store.SandboxFilter) ([]store.Sandbox, error) {
+// List returns team's sandboxes from the store; f.Team is overridden.
+func (o *Orchestrator) List(ctx context.Context, team string, f store.SandboxFilter) ([]store.Sandbox, error) {
+	if team == "" {
+		return nil, errNoTeam
+	}
+	f.Team = team
 	return o.db.ListSandboxes(ctx, f)
 }
+
+// errNoTeam is a programming error: a team-scoped call without a team.
+var errNoTeam = fmt.Errorf("orchestrator: no team given: %w", errdefs.ErrInvalidArgument)
 
 // Route is where a sandbox's traffic goes right now (the proxy's view).
 type Route struct {
@@ -356,14 +371,40 @@ func errNotFound(id string) error {
 	return fmt.Errorf("Sandbox \"%s\" doesn't exist or you don't have access to it: %w", id, errdefs.ErrNotFound)
 }
 
-// entryFor returns the live entry with its op lock held; the caller unlocks.
-func (o *Orchestrator) entryFor(id string) (*entry, error) {
+// ownedBy reports whether team owns e. Caller holds Orchestrator.mu; a
+// team is never empty, so "" owns nothing.
+func (e *entry) ownedBy(team string) bool {
+	return team != "" && e.sb.Team == team
+}
+
+// entryFor returns team's live entry id with its op lock held; the caller
+// unlocks. Every team-scoped operation on one sandbox starts here: another
+// team's sandbox is not found, with the same error as an unknown ID.
+func (o *Orchestrator) entryFor(team, id string) (*entry, error) {
+	o.mu.RLock()
+	e, ok := o.live[id]
+	ok = ok && e.ownedBy(team)
+	o.mu.RUnlock()
+	if !ok {
+		return nil, errNotFound(id)
+	}
+	return o.lock(e, id)
+}
+
+// anyEntry is entryFor for callers not acting for a team: the proxy's
+// auto-resume, which is authorised by the sandbox's envd access token.
+func (o *Orchestrator) anyEntry(id string) (*entry, error) {
 	o.mu.RLock()
 	e, ok := o.live[id]
 	o.mu.RUnlock()
 	if !ok {
 		return nil, errNotFound(id)
 	}
+	return o.lock(e, id)
+}
+
+// lock takes e's op lock and checks that e was not removed meanwhile.
+func (o *Orchestrator) lock(e *entry, id string) (*entry, error) {
 	e.op.Lock()
 	o.mu.RLock()
 	gone := e.gone

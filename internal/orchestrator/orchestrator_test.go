@@ -16,8 +16,14 @@ import (
 	"github.com/moatsh/moat/internal/store"
 )
 
+// team is the team the tests act for unless they test teams.
+const team = store.DefaultTeam
+
 func create(t *testing.T, env *orchestratortest.Env, req orchestrator.CreateRequest) store.Sandbox {
 	t.Helper()
+	if req.Team == "" {
+		req.Team = team
+	}
 	if req.Template == "" {
 		req.Template = "base"
 	}
@@ -79,16 +85,16 @@ func TestCreateFailures(t *testing.T) {
 		kind  error
 		ranRt bool
 	}{
-		{"unknown template", nil, orchestrator.CreateRequest{Template: "nope", Timeout: time.Minute}, errdefs.ErrNotFound, false},
-		{"zero timeout", nil, orchestrator.CreateRequest{Template: "base"}, errdefs.ErrInvalidArgument, false},
-		{"timeout too long", nil, orchestrator.CreateRequest{Template: "base", Timeout: 25 * time.Hour}, errdefs.ErrInvalidArgument, false},
+		{"unknown template", nil, orchestrator.CreateRequest{Team: team, Template: "nope", Timeout: time.Minute}, errdefs.ErrNotFound, false},
+		{"zero timeout", nil, orchestrator.CreateRequest{Team: team, Template: "base"}, errdefs.ErrInvalidArgument, false},
+		{"timeout too long", nil, orchestrator.CreateRequest{Team: team, Template: "base", Timeout: 25 * time.Hour}, errdefs.ErrInvalidArgument, false},
 		{"runtime create fails", func(r *orchestratortest.Runtime) {
 			r.CreateF = func(runtime.Spec) error { return errdefs.ErrResourceExhausted }
-		}, orchestrator.CreateRequest{Template: "base", Timeout: time.Minute}, errdefs.ErrResourceExhausted, true},
+		}, orchestrator.CreateRequest{Team: team, Template: "base", Timeout: time.Minute}, errdefs.ErrResourceExhausted, true},
 		{"envd never healthy", func(r *orchestratortest.Runtime) { r.SetHealthy(false) },
-			orchestrator.CreateRequest{Template: "base", Timeout: time.Minute}, errdefs.ErrUnavailable, true},
+			orchestrator.CreateRequest{Team: team, Template: "base", Timeout: time.Minute}, errdefs.ErrUnavailable, true},
 		{"envd init fails", func(r *orchestratortest.Runtime) { r.SetInitStatus(http.StatusInternalServerError) },
-			orchestrator.CreateRequest{Template: "base", Timeout: time.Minute}, errdefs.ErrUnavailable, true},
+			orchestrator.CreateRequest{Team: team, Template: "base", Timeout: time.Minute}, errdefs.ErrUnavailable, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,7 +122,7 @@ func TestCreateFailures(t *testing.T) {
 
 func TestCreateLimitsAboveMax(t *testing.T) {
 	env := orchestratortest.New(t, orchestrator.Config{MaxMemoryMiB: 256})
-	_, err := env.Orch.Create(context.Background(), orchestrator.CreateRequest{Template: "base", Timeout: time.Minute})
+	_, err := env.Orch.Create(context.Background(), orchestrator.CreateRequest{Team: team, Template: "base", Timeout: time.Minute})
 	if !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("err = %v", err)
 	}
@@ -128,46 +134,46 @@ func TestPauseResumeConnect(t *testing.T) {
 	o := env.Orch
 	sb := create(t, env, orchestrator.CreateRequest{})
 
-	if _, err := o.Resume(ctx, sb.ID, time.Minute); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := o.Resume(ctx, team, sb.ID, time.Minute); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("resume running: %v", err)
 	}
-	if _, resumed, err := o.Connect(ctx, sb.ID, time.Minute); err != nil || resumed {
+	if _, resumed, err := o.Connect(ctx, team, sb.ID, time.Minute); err != nil || resumed {
 		t.Fatalf("connect running: %v %v", resumed, err)
 	}
-	if err := o.Pause(ctx, sb.ID); err != nil {
+	if err := o.Pause(ctx, team, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	if env.Runtime.State(sb.ID) != "paused" {
 		t.Fatal("runtime not paused")
 	}
-	if err := o.Pause(ctx, sb.ID); !errors.Is(err, errdefs.ErrConflict) {
+	if err := o.Pause(ctx, team, sb.ID); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("pause paused: %v", err)
 	}
-	if err := o.SetTimeout(ctx, sb.ID, time.Minute); !errors.Is(err, errdefs.ErrConflict) {
+	if err := o.SetTimeout(ctx, team, sb.ID, time.Minute); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("timeout paused: %v", err)
 	}
 	if rt, _ := o.Lookup(sb.ID); rt.State != store.StatePaused {
 		t.Fatalf("lookup state %q", rt.State)
 	}
-	got, resumed, err := o.Connect(ctx, sb.ID, 2*time.Minute)
+	got, resumed, err := o.Connect(ctx, team, sb.ID, 2*time.Minute)
 	if err != nil || !resumed || got.State != store.StateRunning {
 		t.Fatalf("connect paused: %+v %v %v", got, resumed, err)
 	}
-	if err := o.Pause(ctx, sb.ID); err != nil {
+	if err := o.Pause(ctx, team, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := o.Resume(ctx, sb.ID, time.Minute); err != nil || got.State != store.StateRunning {
+	if got, err := o.Resume(ctx, team, sb.ID, time.Minute); err != nil || got.State != store.StateRunning {
 		t.Fatalf("resume: %v", err)
 	}
 	for _, f := range []func() error{
-		func() error { return o.Pause(ctx, "inope") },
-		func() error { _, err := o.Resume(ctx, "inope", time.Minute); return err },
-		func() error { _, _, err := o.Connect(ctx, "inope", time.Minute); return err },
-		func() error { return o.SetTimeout(ctx, "inope", time.Minute) },
-		func() error { return o.Refresh(ctx, "inope", time.Minute) },
-		func() error { return o.Kill(ctx, "inope") },
-		func() error { _, err := o.Metrics(ctx, "inope"); return err },
-		func() error { _, err := o.Get(ctx, "inope"); return err },
+		func() error { return o.Pause(ctx, team, "inope") },
+		func() error { _, err := o.Resume(ctx, team, "inope", time.Minute); return err },
+		func() error { _, _, err := o.Connect(ctx, team, "inope", time.Minute); return err },
+		func() error { return o.SetTimeout(ctx, team, "inope", time.Minute) },
+		func() error { return o.Refresh(ctx, team, "inope", time.Minute) },
+		func() error { return o.Kill(ctx, team, "inope") },
+		func() error { _, err := o.Metrics(ctx, team, "inope"); return err },
+		func() error { _, err := o.Get(ctx, team, "inope"); return err },
 	} {
 		if err := f(); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Fatalf("unknown id: %v", err)
@@ -179,10 +185,10 @@ func TestPauseFailureKeepsRunning(t *testing.T) {
 	env := orchestratortest.New(t, orchestrator.Config{})
 	env.Runtime.PauseF = func(string) error { return errdefs.ErrNotImplemented }
 	sb := create(t, env, orchestrator.CreateRequest{})
-	if err := env.Orch.Pause(context.Background(), sb.ID); !errors.Is(err, errdefs.ErrNotImplemented) {
+	if err := env.Orch.Pause(context.Background(), team, sb.ID); !errors.Is(err, errdefs.ErrNotImplemented) {
 		t.Fatalf("err %v", err)
 	}
-	if got, _ := env.Orch.Get(context.Background(), sb.ID); got.State != store.StateRunning {
+	if got, _ := env.Orch.Get(context.Background(), team, sb.ID); got.State != store.StateRunning {
 		t.Fatalf("state %q", got.State)
 	}
 }
@@ -194,27 +200,27 @@ func TestTimeouts(t *testing.T) {
 	sb := create(t, env, orchestrator.CreateRequest{Timeout: 10 * time.Minute})
 
 	// Connect and Refresh never shorten.
-	if got, _, err := o.Connect(ctx, sb.ID, time.Minute); err != nil || !got.EndAt.Equal(sb.EndAt) {
+	if got, _, err := o.Connect(ctx, team, sb.ID, time.Minute); err != nil || !got.EndAt.Equal(sb.EndAt) {
 		t.Fatalf("connect shortened: %v → %v (%v)", sb.EndAt, got.EndAt, err)
 	}
-	if err := o.Refresh(ctx, sb.ID, time.Second); err != nil {
+	if err := o.Refresh(ctx, team, sb.ID, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := o.Get(ctx, sb.ID); !got.EndAt.Equal(sb.EndAt) {
+	if got, _ := o.Get(ctx, team, sb.ID); !got.EndAt.Equal(sb.EndAt) {
 		t.Fatal("refresh shortened")
 	}
 	// Extend is capped at StartedAt + MaxTimeout.
-	if got, _, _ := o.Connect(ctx, sb.ID, time.Hour); got.EndAt.After(sb.StartedAt.Add(time.Hour)) {
+	if got, _, _ := o.Connect(ctx, team, sb.ID, time.Hour); got.EndAt.After(sb.StartedAt.Add(time.Hour)) {
 		t.Fatalf("end %v beyond max", got.EndAt)
 	}
-	if err := o.SetTimeout(ctx, sb.ID, 2*time.Hour); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if err := o.SetTimeout(ctx, team, sb.ID, 2*time.Hour); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("set too long: %v", err)
 	}
 	// SetTimeout shortens.
-	if err := o.SetTimeout(ctx, sb.ID, 30*time.Second); err != nil {
+	if err := o.SetTimeout(ctx, team, sb.ID, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := o.Get(ctx, sb.ID); got.EndAt.After(time.Now().Add(31 * time.Second)) {
+	if got, _ := o.Get(ctx, team, sb.ID); got.EndAt.After(time.Now().Add(31 * time.Second)) {
 		t.Fatalf("not shortened: %v", got.EndAt)
 	}
 	row, _ := env.DB.GetSandbox(ctx, sb.ID)
@@ -234,23 +240,23 @@ func TestReaper(t *testing.T) {
 	keep := create(t, env, orchestrator.CreateRequest{Timeout: time.Minute})
 	deadline := time.Now().Add(2500 * time.Millisecond)
 	for time.Now().Before(deadline) {
-		_, errKill := o.Get(ctx, killMe.ID)
-		p, _ := o.Get(ctx, pauseMe.ID)
+		_, errKill := o.Get(ctx, team, killMe.ID)
+		p, _ := o.Get(ctx, team, pauseMe.ID)
 		if errdefs.IsNotFound(errKill) && p.State == store.StatePaused {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if _, err := o.Get(ctx, killMe.ID); !errdefs.IsNotFound(err) {
+	if _, err := o.Get(ctx, team, killMe.ID); !errdefs.IsNotFound(err) {
 		t.Fatalf("expired sandbox not killed: %v", err)
 	}
 	if !slices.Contains(env.Runtime.Killed(), killMe.ID) {
 		t.Fatal("runtime kill not called")
 	}
-	if p, _ := o.Get(ctx, pauseMe.ID); p.State != store.StatePaused || env.Runtime.State(pauseMe.ID) != "paused" {
+	if p, _ := o.Get(ctx, team, pauseMe.ID); p.State != store.StatePaused || env.Runtime.State(pauseMe.ID) != "paused" {
 		t.Fatalf("autoPause sandbox: %+v", p)
 	}
-	if k, _ := o.Get(ctx, keep.ID); k.State != store.StateRunning {
+	if k, _ := o.Get(ctx, team, keep.ID); k.State != store.StateRunning {
 		t.Fatal("live sandbox touched")
 	}
 	if _, err := env.DB.GetSandbox(ctx, killMe.ID); !errdefs.IsNotFound(err) {
@@ -263,14 +269,14 @@ func TestKill(t *testing.T) {
 	env := orchestratortest.New(t, orchestrator.Config{})
 	running := create(t, env, orchestrator.CreateRequest{})
 	paused := create(t, env, orchestrator.CreateRequest{})
-	if err := env.Orch.Pause(ctx, paused.ID); err != nil {
+	if err := env.Orch.Pause(ctx, team, paused.ID); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{running.ID, paused.ID} {
-		if err := env.Orch.Kill(ctx, id); err != nil {
+		if err := env.Orch.Kill(ctx, team, id); err != nil {
 			t.Fatal(err)
 		}
-		if err := env.Orch.Kill(ctx, id); !errdefs.IsNotFound(err) {
+		if err := env.Orch.Kill(ctx, team, id); !errdefs.IsNotFound(err) {
 			t.Fatalf("second kill: %v", err)
 		}
 		if _, ok := env.Orch.Lookup(id); ok {
@@ -287,7 +293,7 @@ func TestRecover(t *testing.T) {
 	env := orchestratortest.New(t, orchestrator.Config{})
 	alive := create(t, env, orchestrator.CreateRequest{})
 	paused := create(t, env, orchestrator.CreateRequest{})
-	if err := env.Orch.Pause(ctx, paused.ID); err != nil {
+	if err := env.Orch.Pause(ctx, team, paused.ID); err != nil {
 		t.Fatal(err)
 	}
 	dead := create(t, env, orchestrator.CreateRequest{})
@@ -318,7 +324,7 @@ func TestMetrics(t *testing.T) {
 	ctx := context.Background()
 	env := orchestratortest.New(t, orchestrator.Config{})
 	sb := create(t, env, orchestrator.CreateRequest{})
-	ms, err := env.Orch.Metrics(ctx, sb.ID)
+	ms, err := env.Orch.Metrics(ctx, team, sb.ID)
 	if err != nil || len(ms) != 1 {
 		t.Fatalf("metrics %v %v", ms, err)
 	}
@@ -330,15 +336,15 @@ func TestMetrics(t *testing.T) {
 	// the sandbox's token.
 	secure := create(t, env, orchestrator.CreateRequest{Secure: true})
 	env.Runtime.SetEnvdDisk(5<<20, 100<<20)
-	ms, err = env.Orch.Metrics(ctx, secure.ID)
+	ms, err = env.Orch.Metrics(ctx, team, secure.ID)
 	if err != nil || len(ms) != 1 || ms[0].DiskUsed != 5<<20 || ms[0].DiskTotal != 100<<20 {
 		t.Fatalf("metrics with envd disk figures: %+v %v", ms, err)
 	}
 	if got := env.Runtime.MetricsToken(); got != secure.EnvdAccessToken {
 		t.Fatalf("envd /metrics got token %q, want the sandbox's", got)
 	}
-	_ = env.Orch.Pause(ctx, sb.ID)
-	if ms, err := env.Orch.Metrics(ctx, sb.ID); err != nil || len(ms) != 0 {
+	_ = env.Orch.Pause(ctx, team, sb.ID)
+	if ms, err := env.Orch.Metrics(ctx, team, sb.ID); err != nil || len(ms) != 0 {
 		t.Fatalf("paused metrics %v %v", ms, err)
 	}
 }

@@ -16,17 +16,18 @@ import (
 // Snapshot saves a running sandbox's memory and disk as a new snapshot
 // (named name when not empty) from which sandboxes can be created; the
 // sandbox keeps running. ErrNotImplemented when the runtime has none.
-func (o *Orchestrator) Snapshot(ctx context.Context, id, name string) (store.Snapshot, error) {
+// The snapshot belongs to team, whose sandbox id must be.
+func (o *Orchestrator) Snapshot(ctx context.Context, team, id, name string) (store.Snapshot, error) {
 	sn, err := o.snapshotter()
 	if err != nil {
 		return store.Snapshot{}, err
 	}
 	if name != "" {
-		if _, err := o.db.GetSnapshot(ctx, name); err == nil {
+		if _, err := o.db.GetSnapshot(ctx, team, name); err == nil {
 			return store.Snapshot{}, fmt.Errorf("snapshot %q already exists: %w", name, errdefs.ErrConflict)
 		}
 	}
-	e, err := o.entryFor(id)
+	e, err := o.entryFor(team, id)
 	if err != nil {
 		return store.Snapshot{}, err
 	}
@@ -35,7 +36,7 @@ func (o *Orchestrator) Snapshot(ctx context.Context, id, name string) (store.Sna
 	if sb.State != store.StateRunning {
 		return store.Snapshot{}, fmt.Errorf("sandbox %s cannot be snapshotted while in '%s' state: %w", id, sb.State, errdefs.ErrConflict)
 	}
-	snap := store.Snapshot{ID: "snap" + randomID(16), Name: name, SandboxID: id, TemplateID: sb.TemplateID,
+	snap := store.Snapshot{ID: "snap" + randomID(16), Team: sb.Team, Name: name, SandboxID: id, TemplateID: sb.TemplateID,
 		Alias: sb.Alias, Runtime: o.rt.Name(), CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
 		DiskSizeMB: sb.DiskSizeMB, EnvVars: sb.EnvVars, EnvdAccessToken: sb.EnvdAccessToken}
 	release, err := o.admit(ctx, "snapshot", admission.Need{})
@@ -70,18 +71,25 @@ func (o *Orchestrator) snapshotter() (runtime.Snapshotter, error) {
 	return sn, nil
 }
 
-// ListSnapshots returns snapshots newest first.
-func (o *Orchestrator) ListSnapshots(ctx context.Context, f store.SnapshotFilter) ([]store.Snapshot, error) {
+// ListSnapshots returns team's snapshots newest first; f.Team is overridden.
+func (o *Orchestrator) ListSnapshots(ctx context.Context, team string, f store.SnapshotFilter) ([]store.Snapshot, error) {
+	if team == "" {
+		return nil, errNoTeam
+	}
+	f.Team = team
 	return o.db.ListSnapshots(ctx, f)
 }
 
 // DeleteSnapshot removes a snapshot by ID or name; sandboxes created from it
 // are not affected; one being created from it is waited for. ErrNotFound
-// when there is none.
-func (o *Orchestrator) DeleteSnapshot(ctx context.Context, ref string) error {
+// when team has none by that reference.
+func (o *Orchestrator) DeleteSnapshot(ctx context.Context, team, ref string) error {
+	if team == "" {
+		return errNoTeam
+	}
 	o.snapUse.Lock()
 	defer o.snapUse.Unlock()
-	s, err := o.db.GetSnapshot(ctx, ref)
+	s, err := o.db.GetSnapshot(ctx, team, ref)
 	if err != nil {
 		return err
 	}
@@ -114,29 +122,30 @@ type ForkResult struct {
 
 // Fork snapshots a running sandbox once (it keeps running) and starts count
 // sandboxes from that snapshot, each with the given timeout and the
-// source's settings; the snapshot is deleted afterwards. The error is set
-// only when no fork could be attempted.
-func (o *Orchestrator) Fork(ctx context.Context, id string, count int, timeout time.Duration) ([]ForkResult, error) {
+// source's settings; the snapshot is deleted afterwards. The forks belong
+// to team, whose sandbox id must be. The error is set only when no fork
+// could be attempted.
+func (o *Orchestrator) Fork(ctx context.Context, team, id string, count int, timeout time.Duration) ([]ForkResult, error) {
 	if count < 1 || count > MaxForks {
 		return nil, fmt.Errorf("count must be between 1 and %d: %w", MaxForks, errdefs.ErrInvalidArgument)
 	}
 	if err := o.checkTimeout(timeout); err != nil {
 		return nil, err
 	}
-	src, err := o.Get(ctx, id)
+	src, err := o.Get(ctx, team, id)
 	if err != nil {
 		return nil, err
 	}
-	snap, err := o.Snapshot(ctx, id, "")
+	snap, err := o.Snapshot(ctx, team, id, "")
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
-		if err := o.DeleteSnapshot(context.WithoutCancel(ctx), snap.ID); err != nil {
+		if err := o.DeleteSnapshot(context.WithoutCancel(ctx), team, snap.ID); err != nil {
 			o.log.Error("delete fork snapshot", "snapshotID", snap.ID, "err", err)
 		}
 	}()
-	req := CreateRequest{Template: snap.ID, Timeout: timeout, Metadata: src.Metadata, Secure: src.Secure,
+	req := CreateRequest{Team: team, Template: snap.ID, Timeout: timeout, Metadata: src.Metadata, Secure: src.Secure,
 		AllowInternet: src.AllowInternet, AutoPause: src.AutoPause, AutoResume: src.AutoResume}
 	out := make([]ForkResult, count)
 	sem := make(chan struct{}, forkParallel)

@@ -20,18 +20,18 @@ func TestSnapshotAndCreateFromIt(t *testing.T) {
 	var gotSpec runtime.Spec
 	env.Runtime.CreateF = func(s runtime.Spec) error { gotSpec = s; return nil }
 
-	snap, err := env.Orch.Snapshot(ctx, src.ID, "named")
+	snap, err := env.Orch.Snapshot(ctx, team, src.ID, "named")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if snap.SandboxID != src.ID || snap.TemplateID != src.TemplateID || snap.MemoryMB != src.MemoryMB || snap.Runtime != "fake" {
 		t.Fatalf("snapshot %+v", snap)
 	}
-	if _, err := env.Orch.Snapshot(ctx, src.ID, "named"); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := env.Orch.Snapshot(ctx, team, src.ID, "named"); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("duplicate name: %v", err)
 	}
 	// The fork's envd starts with the source's token and takes its own.
-	fork := create(t, env, orchestrator.CreateRequest{Template: "named", Secure: true, EnvVars: map[string]string{"B": "fork"}})
+	fork := create(t, env, orchestrator.CreateRequest{Team: team, Template: "named", Secure: true, EnvVars: map[string]string{"B": "fork"}})
 	if gotSpec.Snapshot != snap.ID || fork.TemplateID != src.TemplateID || fork.EnvVars["A"] != "src" || fork.EnvVars["B"] != "fork" {
 		t.Fatalf("fork spec %+v sandbox %+v", gotSpec, fork)
 	}
@@ -39,22 +39,22 @@ func TestSnapshotAndCreateFromIt(t *testing.T) {
 		t.Fatalf("fork token: init %+v", in)
 	}
 	// The source keeps running; a paused one cannot be snapshotted.
-	if err := env.Orch.Pause(ctx, src.ID); err != nil {
+	if err := env.Orch.Pause(ctx, team, src.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.Orch.Snapshot(ctx, src.ID, ""); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := env.Orch.Snapshot(ctx, team, src.ID, ""); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("snapshot of paused: %v", err)
 	}
-	if err := env.Orch.DeleteSnapshot(ctx, "named"); err != nil {
+	if err := env.Orch.DeleteSnapshot(ctx, team, "named"); err != nil {
 		t.Fatal(err)
 	}
 	if env.Runtime.HasSnapshot(snap.ID) {
 		t.Fatal("runtime kept it")
 	}
-	if _, err := env.Orch.Create(ctx, orchestrator.CreateRequest{Template: snap.ID, Timeout: time.Minute}); !errdefs.IsNotFound(err) {
+	if _, err := env.Orch.Create(ctx, orchestrator.CreateRequest{Team: team, Template: snap.ID, Timeout: time.Minute}); !errdefs.IsNotFound(err) {
 		t.Fatalf("create from deleted: %v", err)
 	}
-	if err := env.Orch.DeleteSnapshot(ctx, snap.ID); !errdefs.IsNotFound(err) {
+	if err := env.Orch.DeleteSnapshot(ctx, team, snap.ID); !errdefs.IsNotFound(err) {
 		t.Fatalf("second delete: %v", err)
 	}
 }
@@ -65,7 +65,7 @@ func TestWakeAutoResume(t *testing.T) {
 	auto := create(t, env, orchestrator.CreateRequest{Secure: true, AutoPause: true, AutoResume: true, Timeout: 90 * time.Second})
 	plain := create(t, env, orchestrator.CreateRequest{AutoPause: true})
 	for _, id := range []string{auto.ID, plain.ID} {
-		if err := env.Orch.Pause(ctx, id); err != nil {
+		if err := env.Orch.Pause(ctx, team, id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -74,7 +74,7 @@ func TestWakeAutoResume(t *testing.T) {
 	if err != nil || rt.State != store.StateRunning || rt.Gen != before.Gen+1 {
 		t.Fatalf("wake: %+v %v (before %+v)", rt, err, before)
 	}
-	sb, _ := env.Orch.Get(ctx, auto.ID)
+	sb, _ := env.Orch.Get(ctx, team, auto.ID)
 	if d := sb.EndAt.Sub(sb.StartedAt); d < 89*time.Second || d > 91*time.Second {
 		t.Fatalf("auto-resume gave %s, want the create-time 90 s", d)
 	}
@@ -122,13 +122,13 @@ func TestResumeFailures(t *testing.T) {
 	ctx := context.Background()
 	env := orchestratortest.New(t, orchestrator.Config{})
 	sb := create(t, env, orchestrator.CreateRequest{})
-	if err := env.Orch.Pause(ctx, sb.ID); err != nil {
+	if err := env.Orch.Pause(ctx, team, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")
 	// A resume that fails before the guest ran leaves it paused and retryable.
 	env.Runtime.ResumeF = func(string) (bool, error) { return false, boom }
-	if _, _, err := env.Orch.Connect(ctx, sb.ID, time.Minute); !errors.Is(err, boom) {
+	if _, _, err := env.Orch.Connect(ctx, team, sb.ID, time.Minute); !errors.Is(err, boom) {
 		t.Fatalf("connect: %v", err)
 	}
 	if rt, _ := env.Orch.Lookup(sb.ID); rt.State != store.StatePaused {
@@ -136,7 +136,7 @@ func TestResumeFailures(t *testing.T) {
 	}
 	// One that ran but is unhealthy is recorded as running.
 	env.Runtime.ResumeF = func(string) (bool, error) { return true, boom }
-	if _, _, err := env.Orch.Connect(ctx, sb.ID, time.Minute); !errors.Is(err, boom) {
+	if _, _, err := env.Orch.Connect(ctx, team, sb.ID, time.Minute); !errors.Is(err, boom) {
 		t.Fatalf("connect: %v", err)
 	}
 	if rt, _ := env.Orch.Lookup(sb.ID); rt.State != store.StateRunning {
@@ -156,7 +156,7 @@ func TestTransitionsAreStored(t *testing.T) {
 	inPause, release := make(chan struct{}), make(chan struct{})
 	env.Runtime.PauseF = func(string) error { close(inPause); <-release; return nil }
 	done := make(chan error, 1)
-	go func() { done <- env.Orch.Pause(ctx, sb.ID) }()
+	go func() { done <- env.Orch.Pause(ctx, team, sb.ID) }()
 	<-inPause
 	row, err := env.DB.GetSandbox(ctx, sb.ID)
 	close(release)
@@ -178,7 +178,7 @@ func TestDeleteSnapshotWaitsForCreates(t *testing.T) {
 	ctx := context.Background()
 	env := orchestratortest.New(t, orchestrator.Config{})
 	src := create(t, env, orchestrator.CreateRequest{})
-	snap, err := env.Orch.Snapshot(ctx, src.ID, "")
+	snap, err := env.Orch.Snapshot(ctx, team, src.ID, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,12 +195,12 @@ func TestDeleteSnapshotWaitsForCreates(t *testing.T) {
 	}
 	created := make(chan error, 1)
 	go func() {
-		_, err := env.Orch.Create(ctx, orchestrator.CreateRequest{Template: snap.ID, Timeout: time.Minute})
+		_, err := env.Orch.Create(ctx, orchestrator.CreateRequest{Team: team, Template: snap.ID, Timeout: time.Minute})
 		created <- err
 	}()
 	<-copying
 	deleted := make(chan error, 1)
-	go func() { deleted <- env.Orch.DeleteSnapshot(ctx, snap.ID) }()
+	go func() { deleted <- env.Orch.DeleteSnapshot(ctx, team, snap.ID) }()
 	select {
 	case err := <-deleted:
 		t.Fatalf("delete returned during the copy: %v", err)
@@ -216,7 +216,7 @@ func TestDeleteSnapshotWaitsForCreates(t *testing.T) {
 	if err := <-deleted; err != nil {
 		t.Fatalf("delete: %v", err)
 	}
-	if _, err := env.Orch.Create(ctx, orchestrator.CreateRequest{Template: snap.ID, Timeout: time.Minute}); !errdefs.IsNotFound(err) {
+	if _, err := env.Orch.Create(ctx, orchestrator.CreateRequest{Team: team, Template: snap.ID, Timeout: time.Minute}); !errdefs.IsNotFound(err) {
 		t.Fatalf("create after delete: %v", err)
 	}
 }

@@ -62,7 +62,7 @@ func (s *Server) listV1(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	rows, err := s.orch.List(r.Context(), store.SandboxFilter{States: []string{store.StateRunning}, Metadata: md})
+	rows, err := s.orch.List(r.Context(), team(r), store.SandboxFilter{States: []string{store.StateRunning}, Metadata: md})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -78,7 +78,7 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
 	}
 	limit := f.Limit
 	f.Limit = limit + 1
-	rows, err := s.orch.List(r.Context(), f)
+	rows, err := s.orch.List(r.Context(), team(r), f)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -91,7 +91,7 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
 	if wantsRunning(f.States) {
 		rf := f
 		rf.States, rf.Cursor, rf.Limit = []string{store.StateRunning, store.StateResuming}, nil, 0
-		running, err := s.orch.List(r.Context(), rf)
+		running, err := s.orch.List(r.Context(), team(r), rf)
 		if err != nil {
 			s.fail(w, r, err)
 			return

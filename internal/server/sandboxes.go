@@ -59,6 +59,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32
 		}
 	}
 	req := orchestrator.CreateRequest{
+		Team:          team(r),
 		Template:      *body.TemplateID,
 		Timeout:       time.Duration(timeout) * time.Second,
 		Metadata:      body.Metadata,
@@ -77,7 +78,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, id string) {
-	sb, err := s.orch.Get(r.Context(), id)
+	sb, err := s.orch.Get(r.Context(), team(r), id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -86,7 +87,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 func (s *Server) kill(w http.ResponseWriter, r *http.Request, id string) {
-	if err := s.orch.Kill(r.Context(), id); err != nil {
+	if err := s.orch.Kill(r.Context(), team(r), id); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -103,7 +104,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, id string) {
 		errhttp.Write(w, http.StatusBadRequest, "timeout is required")
 		return
 	}
-	if err := s.orch.SetTimeout(r.Context(), id, seconds(*body.Timeout)); err != nil {
+	if err := s.orch.SetTimeout(r.Context(), team(r), id, seconds(*body.Timeout)); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -124,7 +125,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, id string) {
 		errhttp.Write(w, http.StatusBadRequest, fmt.Sprintf("duration must be between 0 and %d", maxRefreshSeconds))
 		return
 	}
-	if err := s.orch.Refresh(r.Context(), id, seconds(d)); err != nil {
+	if err := s.orch.Refresh(r.Context(), team(r), id, seconds(d)); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -137,7 +138,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, id string) {
 		s.writeBodyErr(w, r, err)
 		return
 	}
-	if err := s.orch.Pause(r.Context(), id); err != nil {
+	if err := s.orch.Pause(r.Context(), team(r), id); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -154,7 +155,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, id string) {
 	if body.Timeout != nil {
 		timeout = *body.Timeout
 	}
-	sb, err := s.orch.Resume(r.Context(), id, seconds(timeout))
+	sb, err := s.orch.Resume(r.Context(), team(r), id, seconds(timeout))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -184,7 +185,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, id string, requ
 		errhttp.Write(w, http.StatusBadRequest, "timeout is required")
 		return
 	}
-	sb, resumed, err := s.orch.Connect(r.Context(), id, seconds(timeout))
+	sb, resumed, err := s.orch.Connect(r.Context(), team(r), id, seconds(timeout))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -206,7 +207,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, id string) {
 			}
 		}
 	}
-	ms, err := s.orch.Metrics(r.Context(), id)
+	ms, err := s.orch.Metrics(r.Context(), team(r), id)
 	if err != nil {
 		s.fail(w, r, err)
 		return

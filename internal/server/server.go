@@ -5,6 +5,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -131,7 +132,19 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// auth requires a valid X-API-KEY.
+// teamKey is the request-context key of the caller's team.
+type teamKey struct{}
+
+// team is the team of the request's API key, set by auth; "" (which owns
+// nothing in the orchestrator) on a route without auth.
+func team(r *http.Request) string {
+	t, _ := r.Context().Value(teamKey{}).(string)
+	return t
+}
+
+// auth requires a valid X-API-KEY and puts its team in the request's
+// context: handlers pass team(r) to every orchestrator call, which then
+// sees only that team's sandboxes and snapshots.
 func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("X-API-KEY")
@@ -139,7 +152,7 @@ func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 			errhttp.Write(w, http.StatusUnauthorized, "Missing API key: set the X-API-KEY header")
 			return
 		}
-		ok, err := s.db.CheckAPIKey(r.Context(), key)
+		tm, ok, err := s.db.CheckAPIKey(r.Context(), key)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -148,7 +161,7 @@ func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 			errhttp.Write(w, http.StatusUnauthorized, "Invalid API key")
 			return
 		}
-		next(w, r)
+		next(w, r.WithContext(context.WithValue(r.Context(), teamKey{}, tm)))
 	}
 }
 

@@ -27,7 +27,7 @@ type harness struct {
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	env := orchestratortest.New(t, orchestrator.Config{MaxTimeout: time.Hour})
-	key, err := env.DB.CreateAPIKey(context.Background())
+	key, err := env.DB.CreateAPIKey(context.Background(), store.DefaultTeam)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestCreateV1(t *testing.T) {
 	if _, ok := m["envdAccessToken"]; ok {
 		t.Fatal("v1 without secure got a token")
 	}
-	sb, _ := h.env.Orch.Get(context.Background(), m["sandboxID"].(string))
+	sb, _ := h.env.Orch.Get(context.Background(), store.DefaultTeam, m["sandboxID"].(string))
 	if d := sb.EndAt.Sub(sb.StartedAt); d != 15*time.Second {
 		t.Fatalf("v1 default timeout %v", d)
 	}
@@ -349,7 +349,7 @@ func seedList(t *testing.T, h *harness) time.Time {
 		if i%2 == 0 {
 			md["a b"] = "c&d"
 		}
-		err := h.env.DB.InsertSandbox(ctx, store.Sandbox{ID: "s" + string(rune('0'+i)), TemplateID: "tplbase", Alias: "base",
+		err := h.env.DB.InsertSandbox(ctx, store.Sandbox{ID: "s" + string(rune('0'+i)), Team: store.DefaultTeam, TemplateID: "tplbase", Alias: "base",
 			State: st, StartedAt: base.Add(time.Duration(i) * time.Minute), EndAt: base.Add(time.Hour), Metadata: md})
 		if err != nil {
 			t.Fatal(err)

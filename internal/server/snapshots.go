@@ -49,7 +49,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, id strin
 			return
 		}
 	}
-	snap, err := s.orch.Snapshot(r.Context(), id, name)
+	snap, err := s.orch.Snapshot(r.Context(), team(r), id, name)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -86,7 +86,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	}
 	limit := f.Limit
 	f.Limit++
-	snaps, err := s.orch.ListSnapshots(r.Context(), f)
+	snaps, err := s.orch.ListSnapshots(r.Context(), team(r), f)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -106,7 +106,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 // way. Deleting real templates is done with `moat template` for now.
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	err := s.orch.DeleteSnapshot(r.Context(), id)
+	err := s.orch.DeleteSnapshot(r.Context(), team(r), id)
 	if errdefs.IsNotFound(err) {
 		if _, terr := s.db.GetTemplate(r.Context(), id); terr == nil {
 			s.fail(w, r, fmt.Errorf("deleting templates over the API is not implemented (use `moat template`): %w", errdefs.ErrNotImplemented))
@@ -146,7 +146,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, id string) {
 	if body.Count != nil {
 		count = *body.Count
 	}
-	res, err := s.orch.Fork(r.Context(), id, int(count), seconds(timeout))
+	res, err := s.orch.Fork(r.Context(), team(r), id, int(count), seconds(timeout))
 	if err != nil {
 		s.fail(w, r, err)
 		return

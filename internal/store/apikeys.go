@@ -4,41 +4,69 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"regexp"
 	"time"
+
+	"github.com/moatsh/moat/internal/errdefs"
 )
 
 // APIKeyPrefix starts every key, as in E2B ("e2b_" + 40 hex).
 const APIKeyPrefix = "e2b_"
 
-// CreateAPIKey makes a new key and returns its plaintext, which is never
-// stored (only its SHA-256 and a short display prefix are).
-func (d *DB) CreateAPIKey(ctx context.Context) (string, error) {
+// DefaultTeam owns the keys created without a team (and every key, sandbox
+// and snapshot from before teams existed).
+const DefaultTeam = "default"
+
+var teamRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// ValidateTeam checks a team name: 1..63 characters of a-z, 0-9, '_' and
+// '-', starting with a letter or digit. ErrInvalidArgument otherwise.
+func ValidateTeam(team string) error {
+	if !teamRE.MatchString(team) {
+		return fmt.Errorf("invalid team name %q: want 1 to 63 characters of a-z, 0-9, '_' and '-', "+
+			"starting with a letter or digit: %w", team, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// CreateAPIKey makes a new key for team and returns its plaintext, which is
+// never stored (only its SHA-256 and a short display prefix are).
+// ErrInvalidArgument when the team name is not valid (see ValidateTeam).
+func (d *DB) CreateAPIKey(ctx context.Context, team string) (string, error) {
+	if err := ValidateTeam(team); err != nil {
+		return "", fmt.Errorf("create api key: %w", err)
+	}
 	b := make([]byte, 20)
 	if _, err := rand.Read(b); err != nil {
 		return "", fmt.Errorf("create api key: %w", err)
 	}
 	key := APIKeyPrefix + hex.EncodeToString(b)
-	_, err := d.w.ExecContext(ctx, `INSERT INTO api_keys (hash, prefix, created_at) VALUES (?, ?, ?)`,
-		hashKey(key), key[:len(APIKeyPrefix)+6], toUnix(time.Now()))
+	_, err := d.w.ExecContext(ctx, `INSERT INTO api_keys (hash, prefix, created_at, team) VALUES (?, ?, ?, ?)`,
+		hashKey(key), key[:len(APIKeyPrefix)+6], toUnix(time.Now()), team)
 	if err != nil {
 		return "", fmt.Errorf("create api key: %w", err)
 	}
 	return key, nil
 }
 
-// CheckAPIKey reports whether key is a known API key.
-func (d *DB) CheckAPIKey(ctx context.Context, key string) (bool, error) {
+// CheckAPIKey reports whether key is a known API key and, if so, the team
+// it belongs to.
+func (d *DB) CheckAPIKey(ctx context.Context, key string) (team string, ok bool, err error) {
 	if key == "" {
-		return false, nil
+		return "", false, nil
 	}
-	var n int
-	err := d.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys WHERE hash = ?`, hashKey(key)).Scan(&n)
+	err = d.r.QueryRowContext(ctx, `SELECT team FROM api_keys WHERE hash = ?`, hashKey(key)).Scan(&team)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
 	if err != nil {
-		return false, fmt.Errorf("check api key: %w", err)
+		return "", false, fmt.Errorf("check api key: %w", err)
 	}
-	return n > 0, nil
+	return team, true, nil
 }
 
 // CountAPIKeys returns how many keys exist.

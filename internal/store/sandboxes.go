@@ -23,6 +23,7 @@ const (
 // Sandbox is one sandbox's persistent record.
 type Sandbox struct {
 	ID              string
+	Team            string // the team of the API key that created it; fixed for its life
 	TemplateID      string
 	Alias           string
 	State           string
@@ -51,6 +52,7 @@ type Cursor struct {
 
 // SandboxFilter selects sandboxes for ListSandboxes. Zero values mean "any".
 type SandboxFilter struct {
+	Team         string // "" = every team (server-internal callers only)
 	States       []string
 	Metadata     map[string]string // every key must be present with this value
 	Template     string            // template ID or alias
@@ -62,19 +64,23 @@ type SandboxFilter struct {
 
 const sandboxCols = `id, template_id, alias, state, runtime, addr, started_at, end_at, metadata,
 	env_vars, envd_access_token, secure, allow_internet, auto_pause, cpu_count, memory_mb, disk_size_mb,
-	auto_resume, timeout_s`
+	auto_resume, timeout_s, team`
 
-// InsertSandbox stores a new sandbox; errdefs.ErrAlreadyExists if the ID is taken.
+// InsertSandbox stores a new sandbox; errdefs.ErrAlreadyExists if the ID is
+// taken, errdefs.ErrInvalidArgument without a valid team.
 func (d *DB) InsertSandbox(ctx context.Context, s Sandbox) error {
+	if err := ValidateTeam(s.Team); err != nil {
+		return fmt.Errorf("insert sandbox %s: %w", s.ID, err)
+	}
 	md, env, err := marshalMaps(s)
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", s.ID, err)
 	}
 	_, err = d.w.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.ID, s.TemplateID, s.Alias, s.State, s.Runtime, s.Addr, toUnix(s.StartedAt), toUnix(s.EndAt),
 		md, env, s.EnvdAccessToken, boolInt(s.Secure), boolInt(s.AllowInternet), boolInt(s.AutoPause),
-		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second))
+		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second), s.Team)
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") {
 			return fmt.Errorf("insert sandbox %s: %w", s.ID, errAlreadyExists)
@@ -84,7 +90,8 @@ func (d *DB) InsertSandbox(ctx context.Context, s Sandbox) error {
 	return nil
 }
 
-// UpdateSandbox overwrites the record with s.ID; errdefs.ErrNotFound if none.
+// UpdateSandbox overwrites the record with s.ID (all but its team, which
+// never changes); errdefs.ErrNotFound if none.
 func (d *DB) UpdateSandbox(ctx context.Context, s Sandbox) error {
 	md, env, err := marshalMaps(s)
 	if err != nil {
@@ -156,6 +163,10 @@ func (d *DB) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, err
 func buildListQuery(f SandboxFilter) (string, []any) {
 	var where []string
 	var args []any
+	if f.Team != "" {
+		where = append(where, "team = ?")
+		args = append(args, f.Team)
+	}
 	if len(f.States) > 0 {
 		where = append(where, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
 		for _, s := range f.States {
@@ -227,7 +238,7 @@ func scanSandbox(sc scanner) (Sandbox, error) {
 	var timeoutS int64
 	err := sc.Scan(&s.ID, &s.TemplateID, &s.Alias, &s.State, &s.Runtime, &s.Addr, &started, &end, &md,
 		&env, &s.EnvdAccessToken, &secure, &inet, &autoPause, &s.CPUCount, &s.MemoryMB, &s.DiskSizeMB,
-		&autoResume, &timeoutS)
+		&autoResume, &timeoutS, &s.Team)
 	if err != nil {
 		return s, err
 	}

@@ -14,7 +14,8 @@ import (
 // can be created; it outlives the sandbox it was taken from.
 type Snapshot struct {
 	ID         string
-	Name       string // optional, unique when set
+	Team       string // the team of the sandbox it was taken from
+	Name       string // optional, unique within its team when set
 	SandboxID  string // the sandbox it was taken from
 	TemplateID string
 	Alias      string // the template's name
@@ -31,6 +32,7 @@ type Snapshot struct {
 
 // SnapshotFilter selects snapshots; zero values mean "any".
 type SnapshotFilter struct {
+	Team      string // "" = every team (server-internal callers only)
 	SandboxID string
 	Name      string
 	After     string // continue after this snapshot ID (newest first)
@@ -38,17 +40,21 @@ type SnapshotFilter struct {
 }
 
 const snapshotCols = `id, name, sandbox_id, template_id, alias, runtime, cpu_count, memory_mb, disk_size_mb, env_vars,
-	envd_access_token, created_at`
+	envd_access_token, created_at, team`
 
-// InsertSnapshot stores s; errdefs.ErrAlreadyExists when its ID or name is taken.
+// InsertSnapshot stores s; errdefs.ErrAlreadyExists when its ID, or its name
+// within its team, is taken; errdefs.ErrInvalidArgument without a valid team.
 func (d *DB) InsertSnapshot(ctx context.Context, s Snapshot) error {
+	if err := ValidateTeam(s.Team); err != nil {
+		return fmt.Errorf("insert snapshot %s: %w", s.ID, err)
+	}
 	env, err := json.Marshal(nonNil(s.EnvVars))
 	if err != nil {
 		return fmt.Errorf("insert snapshot %s: %w", s.ID, err)
 	}
-	_, err = d.w.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = d.w.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.ID, s.Name, s.SandboxID, s.TemplateID, s.Alias, s.Runtime, s.CPUCount, s.MemoryMB, s.DiskSizeMB,
-		string(env), s.EnvdAccessToken, toUnix(s.CreatedAt))
+		string(env), s.EnvdAccessToken, toUnix(s.CreatedAt), s.Team)
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") {
 			return fmt.Errorf("snapshot %s (name %q): %w", s.ID, s.Name, errAlreadyExists)
@@ -58,10 +64,13 @@ func (d *DB) InsertSnapshot(ctx context.Context, s Snapshot) error {
 	return nil
 }
 
-// GetSnapshot returns the snapshot whose ID or name is ref; ErrNotFound if none.
-func (d *DB) GetSnapshot(ctx context.Context, ref string) (Snapshot, error) {
-	row := d.r.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ? OR (name != '' AND name = ?)
-		ORDER BY id = ? DESC LIMIT 1`, ref, ref, ref)
+// GetSnapshot returns team's snapshot whose ID or name is ref; ErrNotFound
+// if none, or if it belongs to another team. Team "" looks in every team
+// (server-internal callers only; a name may then match several).
+func (d *DB) GetSnapshot(ctx context.Context, team, ref string) (Snapshot, error) {
+	row := d.r.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots
+		WHERE (id = ? OR (name != '' AND name = ?)) AND (? = '' OR team = ?)
+		ORDER BY id = ? DESC LIMIT 1`, ref, ref, team, team, ref)
 	s, err := scanSnapshot(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Snapshot{}, notFound("snapshot", ref)
@@ -76,6 +85,10 @@ func (d *DB) GetSnapshot(ctx context.Context, ref string) (Snapshot, error) {
 func (d *DB) ListSnapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, error) {
 	var where []string
 	var args []any
+	if f.Team != "" {
+		where = append(where, "team = ?")
+		args = append(args, f.Team)
+	}
 	if f.SandboxID != "" {
 		where = append(where, "sandbox_id = ?")
 		args = append(args, f.SandboxID)
@@ -129,7 +142,7 @@ func scanSnapshot(sc scanner) (Snapshot, error) {
 	var env string
 	var created int64
 	if err := sc.Scan(&s.ID, &s.Name, &s.SandboxID, &s.TemplateID, &s.Alias, &s.Runtime, &s.CPUCount,
-		&s.MemoryMB, &s.DiskSizeMB, &env, &s.EnvdAccessToken, &created); err != nil {
+		&s.MemoryMB, &s.DiskSizeMB, &env, &s.EnvdAccessToken, &created, &s.Team); err != nil {
 		return s, err
 	}
 	s.CreatedAt = fromUnix(created)

@@ -33,7 +33,7 @@ func TestOpenMigratesOnceAndReopens(t *testing.T) {
 			t.Fatalf("open %d: %v", i, err)
 		}
 		v, err := d.SchemaVersion(ctx)
-		if err != nil || v != 2 {
+		if err != nil || v != 3 {
 			t.Fatalf("schema version = %d, %v", v, err)
 		}
 		d.Close()
@@ -90,7 +90,11 @@ func TestAPIKeys(t *testing.T) {
 	if n, err := d.CountAPIKeys(ctx); err != nil || n != 0 {
 		t.Fatalf("count = %d, %v", n, err)
 	}
-	key, err := d.CreateAPIKey(ctx)
+	key, err := d.CreateAPIKey(ctx, DefaultTeam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyA, err := d.CreateAPIKey(ctx, "team-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,12 +104,13 @@ func TestAPIKeys(t *testing.T) {
 	tests := []struct {
 		key  string
 		want bool
+		team string
 	}{
-		{key, true}, {"", false}, {"e2b_" + "00", false}, {key + "x", false},
+		{key, true, DefaultTeam}, {keyA, true, "team-a"}, {"", false, ""}, {"e2b_" + "00", false, ""}, {key + "x", false, ""},
 	}
 	for _, tt := range tests {
-		if ok, err := d.CheckAPIKey(ctx, tt.key); err != nil || ok != tt.want {
-			t.Errorf("CheckAPIKey(%q) = %v, %v", tt.key, ok, err)
+		if team, ok, err := d.CheckAPIKey(ctx, tt.key); err != nil || ok != tt.want || team != tt.team {
+			t.Errorf("CheckAPIKey(%q) = %q, %v, %v", tt.key, team, ok, err)
 		}
 	}
 	var plain int
@@ -118,7 +123,7 @@ func TestSandboxCRUD(t *testing.T) {
 	ctx := context.Background()
 	d := openTest(t)
 	start := time.Now().UTC().Truncate(time.Millisecond)
-	s := Sandbox{ID: "iabc", TemplateID: "t", Alias: "base", State: StateRunning, StartedAt: start,
+	s := Sandbox{ID: "iabc", Team: "t1", TemplateID: "t", Alias: "base", State: StateRunning, StartedAt: start,
 		EndAt: start.Add(time.Minute), Metadata: map[string]string{"a": "b"}, Secure: true,
 		AllowInternet: true, CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024, EnvdAccessToken: "tok"}
 	if err := d.InsertSandbox(ctx, s); err != nil {
@@ -131,7 +136,7 @@ func TestSandboxCRUD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.StartedAt.Equal(start) || got.Metadata["a"] != "b" || got.EnvVars == nil || !got.Secure || got.AutoPause {
+	if !got.StartedAt.Equal(start) || got.Team != "t1" || got.Metadata["a"] != "b" || got.EnvVars == nil || !got.Secure || got.AutoPause {
 		t.Fatalf("got %+v", got)
 	}
 	got.State = StatePaused
@@ -141,7 +146,10 @@ func TestSandboxCRUD(t *testing.T) {
 	if err := d.UpdateSandbox(ctx, Sandbox{ID: "nope"}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("update missing: %v", err)
 	}
-	if g, _ := d.GetSandbox(ctx, "iabc"); g.State != StatePaused {
+	if err := d.InsertSandbox(ctx, Sandbox{ID: "noteam", TemplateID: "t", State: StateRunning}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("insert without team: %v", err)
+	}
+	if g, _ := d.GetSandbox(ctx, "iabc"); g.State != StatePaused || g.Team != "t1" {
 		t.Fatalf("state %q", g.State)
 	}
 	if err := d.DeleteSandbox(ctx, "iabc"); err != nil {
@@ -160,10 +168,10 @@ func TestListSandboxes(t *testing.T) {
 	d := openTest(t)
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	rows := []Sandbox{
-		{ID: "a1", TemplateID: "t1", Alias: "base", State: StateRunning, StartedAt: base, Metadata: map[string]string{"env": "x"}},
-		{ID: "a2", TemplateID: "t1", Alias: "base", State: StatePaused, StartedAt: base.Add(time.Second)},
-		{ID: "a3", TemplateID: "t2", Alias: "ci", State: StateRunning, StartedAt: base.Add(time.Second), Metadata: map[string]string{"env": "x", "k": "v"}},
-		{ID: "a4", TemplateID: "t2", Alias: "ci", State: StateRunning, StartedAt: base.Add(2 * time.Second)},
+		{ID: "a1", Team: "x", TemplateID: "t1", Alias: "base", State: StateRunning, StartedAt: base, Metadata: map[string]string{"env": "x"}},
+		{ID: "a2", Team: "y", TemplateID: "t1", Alias: "base", State: StatePaused, StartedAt: base.Add(time.Second)},
+		{ID: "a3", Team: "x", TemplateID: "t2", Alias: "ci", State: StateRunning, StartedAt: base.Add(time.Second), Metadata: map[string]string{"env": "x", "k": "v"}},
+		{ID: "a4", Team: "y", TemplateID: "t2", Alias: "ci", State: StateRunning, StartedAt: base.Add(2 * time.Second)},
 	}
 	for _, r := range rows {
 		if err := d.InsertSandbox(ctx, r); err != nil {
@@ -183,6 +191,10 @@ func TestListSandboxes(t *testing.T) {
 	}{
 		{"all desc", SandboxFilter{}, []string{"a4", "a2", "a3", "a1"}},
 		{"all asc", SandboxFilter{Order: "asc"}, []string{"a1", "a3", "a2", "a4"}},
+		{"team x", SandboxFilter{Team: "x"}, []string{"a3", "a1"}},
+		{"team y running", SandboxFilter{Team: "y", States: []string{StateRunning}}, []string{"a4"}},
+		{"team x metadata", SandboxFilter{Team: "x", Metadata: map[string]string{"k": "v"}}, []string{"a3"}},
+		{"team z", SandboxFilter{Team: "z"}, nil},
 		{"running", SandboxFilter{States: []string{StateRunning}}, []string{"a4", "a3", "a1"}},
 		{"metadata", SandboxFilter{Metadata: map[string]string{"env": "x"}}, []string{"a3", "a1"}},
 		{"metadata 2 keys", SandboxFilter{Metadata: map[string]string{"env": "x", "k": "v"}}, []string{"a3"}},
@@ -238,7 +250,7 @@ func TestConcurrentWriters(t *testing.T) {
 			if i%2 == 1 {
 				db = d2
 			}
-			_, err := db.CreateAPIKey(ctx)
+			_, err := db.CreateAPIKey(ctx, DefaultTeam)
 			errs <- err
 		}()
 	}
@@ -281,7 +293,7 @@ func TestOpenRestrictsFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer db.Close()
-			if _, err := db.CreateAPIKey(context.Background()); err != nil { // writes the WAL
+			if _, err := db.CreateAPIKey(context.Background(), DefaultTeam); err != nil { // writes the WAL
 				t.Fatal(err)
 			}
 			for _, p := range []string{path, path + "-wal", path + "-shm"} {
@@ -312,7 +324,7 @@ func TestContention(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				id := fmt.Sprintf("iw%dn%d", w, i)
-				sb := Sandbox{ID: id, TemplateID: "t", State: StateRunning, StartedAt: time.Now(), EndAt: time.Now()}
+				sb := Sandbox{ID: id, Team: DefaultTeam, TemplateID: "t", State: StateRunning, StartedAt: time.Now(), EndAt: time.Now()}
 				if err := d.InsertSandbox(ctx, sb); err != nil {
 					errc <- err
 					continue

@@ -160,6 +160,12 @@ export class MoatServer {
     return key
   }
 
+  // createTeamApiKey makes a key of another team (`moat apikey create
+  // --team`) and returns it, leaving this.apiKey as it was.
+  async createTeamApiKey(team) {
+    return createApiKeyIn(this.dataDir, team)
+  }
+
   get pid() {
     return this.proc?.pid
   }
@@ -181,6 +187,17 @@ export class MoatServer {
       await Promise.race([this.exited, sleep(5000)])
     }
   }
+}
+
+// createApiKeyIn makes an API key of team in the data dir dir (the key is
+// printed on the last line of stdout).
+export async function createApiKeyIn(dir, team) {
+  const args = ['apikey', 'create', '--data-dir', dir]
+  if (team) args.push('--team', team)
+  const { stdout } = await runMoat(args)
+  const key = stdout.trim().split('\n').map((l) => l.trim()).filter(Boolean).at(-1)
+  if (!key) throw new Error('moat apikey create printed nothing')
+  return key
 }
 
 export function exportSdkEnv(url, apiKey) {
