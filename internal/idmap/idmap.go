@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -53,7 +55,10 @@ type Allocator struct {
 // NewAllocator allocates for the sandbox directories under parent. Ranges
 // recorded in the directories under each of also (another runtime's
 // sandboxes) count as taken too, so that no two sandboxes of either share
-// a range.
+// a range. An allocation holds an exclusive flock on parent and on each
+// existing also directory (in path order), so allocators of the same
+// directories in this or another process never hand out one range twice:
+// give both runtimes of a data dir each other's parent as also.
 func NewAllocator(parent string, also ...string) *Allocator {
 	return &Allocator{parent: parent, also: also}
 }
@@ -63,6 +68,11 @@ func NewAllocator(parent string, also ...string) *Allocator {
 func (a *Allocator) Allocate(dir string) (Range, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	unlock, err := lockDirs(append([]string{a.parent}, a.also...))
+	if err != nil {
+		return Range{}, err
+	}
+	defer unlock()
 	entries, err := os.ReadDir(a.parent)
 	if err != nil {
 		return Range{}, fmt.Errorf("idmap: %w", err)
@@ -110,4 +120,50 @@ func Parse(s string) (Range, error) {
 		return Range{}, fmt.Errorf("idmap: bad range %q", s)
 	}
 	return Range{Host: uint32(n)}, nil
+}
+
+// lockDirs takes an exclusive flock on each of dirs that exists (the
+// first must), in sorted order so that allocators listing the same
+// directories in another order cannot deadlock.
+func lockDirs(dirs []string) (unlock func(), err error) {
+	sorted := make([]string, 0, len(dirs))
+	for _, d := range dirs {
+		sorted = append(sorted, filepath.Clean(d))
+	}
+	first := sorted[0]
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	var held []*os.File
+	unlock = func() {
+		for _, f := range held {
+			f.Close() // releases its lock
+		}
+	}
+	for _, d := range sorted {
+		f, err := os.OpenFile(d, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+		if errors.Is(err, os.ErrNotExist) && d != first {
+			continue // a missing parent has no ranges
+		}
+		if err == nil {
+			err = flock(f)
+		}
+		if err != nil {
+			if f != nil {
+				f.Close()
+			}
+			unlock()
+			return nil, fmt.Errorf("idmap: lock %s: %w", d, err)
+		}
+		held = append(held, f)
+	}
+	return unlock, nil
+}
+
+func flock(f *os.File) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
 }

@@ -108,7 +108,11 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	if err := traversable(filepath.Join(cfg.DataDir, "sandboxes")); err != nil {
 		return nil, fmt.Errorf("container runtime: %w", err)
 	}
-	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o, ids: idmap.NewAllocator(filepath.Join(cfg.DataDir, "sandboxes"))}
+	// The vm runtime allocates from the same ID space under
+	// <DataDir>/vm/sandboxes: its ranges count as taken (and both lock
+	// both directories while allocating).
+	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o,
+		ids: idmap.NewAllocator(filepath.Join(cfg.DataDir, "sandboxes"), filepath.Join(cfg.DataDir, "vm", "sandboxes"))}
 	probeRoot := o.stateRoot
 	if probeRoot == "" {
 		probeRoot = "/run/moat"

@@ -8,12 +8,12 @@
 // Files under <DataDir>/vm:
 //
 //	kernel/<version>-<hash>/{vmlinuz,initramfs.cpio}  guest kernel + initramfs (moat-vminit, virtio modules)
-//	templates/<name>-<stamp>/rootfs.ext4              read-only base disk built from the template rootfs
+//	templates/<name>-<stamp>/rootfs-v2.ext4           read-only base disk built from the template rootfs (its files + 128 MiB)
 //	templates/<name>-<stamp>/snap-<hash>/             disk.qcow2 (guest disk at snapshot), mem (guest RAM), state (devices), meta
 //	sandboxes/<id>/                                   mem (guest RAM), disk.qcow2 (overlay of the template's disk), meta.json,
 //	                                                  idmap (its QEMU's host IDs), state (only while paused), qmp.sock,
 //	                                                  console.sock (serial port), console.log{,.1} (its capped mirror),
-//	                                                  qemu.log, pid
+//	                                                  log/qemu.log (QEMU's output, on a 1 MiB tmpfs), pid
 //	sandboxes/tpl<hash>/                              idmap only, while a template boots (its QEMU's host IDs)
 //	snapshots/<id>/                                   mem, state, disk.qcow2, meta.json of Runtime.Snapshot
 //
@@ -25,10 +25,15 @@
 // namespace and cgroup. Its serial port is a socket Moat reads into a
 // bounded ring (console_linux.go).
 //
+// A sandbox's disk is grown online to its Spec.DiskMiB after the restore
+// (QMP block_resize; moat-vminit grows the mounted ext4, see
+// disk_linux.go); it never shrinks below its snapshot's.
+//
 // A snapshot fixes the guest's memory size and vCPU count, so snapshots are
 // cached per (template build, memory, vCPUs, kernel, accelerator). Every
 // guest has the same address (169.254.100.2 behind tap0 inside the sandbox's
 // network namespace); the namespace DNATs the sandbox address to it, so the
 // host reaches envd at Handle.Addr:49983 as with containers and clones need
-// no network reconfiguration.
+// no network reconfiguration. The namespace drops what the guest sends
+// from any other source address (netdev table moatvmguard on tap0).
 package vm

@@ -22,8 +22,8 @@ import (
 //
 // Ownership in a sandbox directory: the directory is root:<gid> 01770, so
 // QEMU can create its sockets and pidfile but, the sticky bit set, cannot
-// remove or replace root's files (meta.json, idmap, state, qemu.log,
-// console.log); mem and disk.qcow2 are root:<gid> 0660. A template
+// remove or replace root's files (meta.json, idmap, state, log/ (the
+// tmpfs of qemu.log), console.log); mem and disk.qcow2 are root:<gid> 0660. A template
 // snapshot directory is the same during its boot and root-owned, world-
 // readable (disk.qcow2) or root-only (mem, state) afterwards.
 
@@ -68,7 +68,7 @@ func ownForQEMU(dir string, ids idmap.Range, rw ...string) error {
 // templateFiles are the entries a template snapshot directory keeps
 // after its boot, with their modes (root-owned).
 var templateFiles = map[string]os.FileMode{"disk.qcow2": 0o644, "mem": 0o600, "state": 0o600, "meta": 0o644,
-	"qemu.log": 0o640, "console.log": 0o640, "console.log.1": 0o640}
+	"console.log": 0o640, "console.log.1": 0o640}
 
 // disownTemplate makes a template snapshot directory root's again once
 // its boot's QEMU is gone: anything else that QEMU left goes, and every

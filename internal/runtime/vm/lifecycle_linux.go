@@ -46,11 +46,13 @@ func withDefaults(spec runtime.Spec) runtime.Spec {
 // vCPU count), or the snapshot Spec.Snapshot taken by Runtime.Snapshot, into
 // a new QEMU whose RAM is the sandbox's own sparse copy of the snapshot's
 // memory file, with a qcow2 overlay of the template's disk, then waits for
-// envd. Spec.DiskMiB and Spec.Pids are not enforced per sandbox (the disk
-// size is the template image's; processes are limited by guest memory).
-// A sandbox from a snapshot gets the snapshot's vCPUs and memory size.
-// Errors: ErrAlreadyExists (id in use), ErrNotFound (no such snapshot),
-// ErrFailedPrecondition (snapshot taken with another kernel or accelerator).
+// envd. The disk is grown online to Spec.DiskMiB when that is larger than
+// the snapshot's disk (see disk_linux.go); Spec.Pids is not enforced
+// (processes are limited by guest memory). A sandbox from a snapshot gets
+// the snapshot's vCPUs and memory size. Errors: ErrAlreadyExists (id in
+// use), ErrNotFound (no such snapshot), ErrInvalidArgument (Spec.DiskMiB
+// below the snapshot's disk size), ErrFailedPrecondition (snapshot taken
+// with another kernel or accelerator).
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Handle, retErr error) {
 	if err := validID(spec.ID); err != nil {
 		return nil, err
@@ -119,6 +121,14 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 	var tm restoreTimes
 	id := spec.ID
 	dir := r.sandboxDir(id)
+	have, err := qcow2Size(snap.disk())
+	if err != nil {
+		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	grow, err := diskTarget(spec, have)
+	if err != nil {
+		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+	}
 	meta, err := r.prepareDir(ctx, spec, snap, dir, b, &tm)
 	if err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
@@ -142,8 +152,15 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 	tm.launched = time.Now()
 	restored := p.con.watch(guestinit.RestoredMarker)
 	defer restored.stop()
+	grown := p.con.watch(guestinit.GrownMarker)
+	defer grown.stop()
 	if err := loadState(ctx, c, snap.state()); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: restore: %w", id, err)
+	}
+	if grow > 0 {
+		if err := growDisk(ctx, c, grow); err != nil {
+			return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+		}
 	}
 	if err := setLink(ctx, c, true); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
@@ -156,6 +173,11 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 	// Fresh CRNG and clock before anyone else talks to the guest.
 	if err := restored.wait(ctx, r.o.readyTimeout); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	if grow > 0 {
+		if err := grown.wait(ctx, r.o.readyTimeout); err != nil {
+			return nil, tm, fmt.Errorf("sandbox %s: grow root file system to %d MiB: %w", id, grow>>20, err)
+		}
 	}
 	return h, tm, nil
 }
@@ -240,7 +262,13 @@ func (r *Runtime) launch(ctx context.Context, cg string, n *netpolicy.Net, m *ma
 			return nil, nil, err
 		}
 	}
-	p, err := start(r.o.qemu, n.NSPath, filepath.Join(filepath.Dir(m.QMP), "qemu.log"), m, jc)
+	dir := filepath.Dir(m.QMP)
+	undo.Push(func() error { return unmountQEMULog(dir) })
+	if err := mountQEMULog(dir); err != nil {
+		return nil, nil, err
+	}
+	qemuLog := qemuLogPath(dir)
+	p, err := start(r.o.qemu, n.NSPath, qemuLog, m, jc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -259,7 +287,6 @@ func (r *Runtime) launch(ctx context.Context, cg string, n *netpolicy.Net, m *ma
 			return nil, nil, err
 		}
 	}
-	qemuLog := filepath.Join(filepath.Dir(m.QMP), "qemu.log")
 	// QEMU waits for the console connection before it opens QMP.
 	if p.con, err = dialConsole(ctx, m.Console, consoleLog(m), p.alive); err != nil {
 		return nil, nil, fmt.Errorf("%w (qemu: %q)", err, tail(qemuLog, 1024))
@@ -336,6 +363,7 @@ func (r *Runtime) pushAll(ctx context.Context, id string, b *sandbox) {
 	ctx = context.WithoutCancel(ctx)
 	dir := r.sandboxDir(id)
 	b.undo.Push(func() error { return os.RemoveAll(dir) })
+	b.undo.Push(func() error { return unmountQEMULog(dir) })
 	b.undo.Push(func() error { return r.net.Teardown(ctx, id) })
 	b.undo.Push(func() error { return cgroups.Remove(r.cgroupPath(id)) })
 	b.undo.Push(func() error {
@@ -376,7 +404,10 @@ func (r *Runtime) client(ctx context.Context, id string, b *sandbox) (*qmp.Clien
 }
 
 // Stats implements runtime.Runtime from the QEMU process's cgroup; a
-// sandbox paused to disk uses nothing (zero Stats).
+// sandbox paused to disk uses nothing (zero Stats). DiskUsed and DiskTotal
+// stay 0: the host cannot see inside the guest's file system, so callers
+// ask envd (its /metrics reports the guest's statfs of /, which is the
+// disk grown to Spec.DiskMiB).
 func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	if err := validID(id); err != nil {
 		return runtime.Stats{}, err

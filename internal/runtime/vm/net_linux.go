@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
@@ -27,12 +28,15 @@ const (
 	guestMAC    = "52:54:00:64:00:02"
 	tapMAC      = "52:54:00:64:00:01"
 	natTable    = "moatvm"
+	guardTable  = "moatvmguard"
 )
 
 // setupGuestNet runs inside the sandbox's netns (nsPath): a persistent tap
 // for QEMU, owned by uid and gid (QEMU's, so that it can attach without
-// CAP_NET_ADMIN; 0 for a QEMU running as root), forwarding, and nftables NAT that maps sandboxAddr to the guest
-// and masquerades the guest's own traffic. Everything dies with the netns.
+// CAP_NET_ADMIN; 0 for a QEMU running as root), forwarding, nftables NAT
+// that maps sandboxAddr to the guest and masquerades the guest's own
+// traffic, and the guest's anti-spoofing rules (installGuard). Everything
+// dies with the netns.
 func setupGuestNet(nsPath string, sandboxAddr netip.Addr, uid, gid int) error {
 	return inNetns(nsPath, func(ns netns.NsHandle) error {
 		tap := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: tapName}, Mode: netlink.TUNTAP_MODE_TAP,
@@ -59,7 +63,10 @@ func setupGuestNet(nsPath string, sandboxAddr netip.Addr, uid, gid int) error {
 		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 			return fmt.Errorf("ip_forward in netns: %w", err)
 		}
-		return installNAT(int(ns), sandboxAddr)
+		if err := installNAT(int(ns), sandboxAddr); err != nil {
+			return err
+		}
+		return installGuard(int(ns))
 	})
 }
 
@@ -125,6 +132,50 @@ func installNAT(nsFd int, sandboxAddr netip.Addr) error {
 	}})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables in netns: %w", err)
+	}
+	return nil
+}
+
+// installGuard adds table netdev moatvmguard: on the tap's ingress (what
+// the guest sends) only IPv4 from the guest's address and ARP naming it as
+// sender pass; everything else (another source address, IPv6, other
+// ethertypes) is counted and dropped. Defence in depth: the host drops
+// forged sources at the sandbox's veth too (netpolicy's antispoof), but a
+// packet from a forged source never reaches this namespace's NAT here.
+func installGuard(nsFd int) error {
+	c, err := nftables.New(nftables.WithNetNSFd(nsFd))
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyNetdev, Name: guardTable})
+	policy := nftables.ChainPolicyDrop
+	in := c.AddChain(&nftables.Chain{Name: "guest", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookIngress, Priority: nftables.ChainPriorityFilter, Device: tapName, Policy: &policy})
+	g := guestAddr.As4()
+	proto := func(etherType uint16) []expr.Any {
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyPROTOCOL, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, etherType)},
+		}
+	}
+	// IPv4 whose source is the guest's address passes, other IPv4 is
+	// counted and dropped (the first counter: forged sources).
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: append(proto(unix.ETH_P_IP),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: g[:]},
+		&expr.Verdict{Kind: expr.VerdictAccept})})
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: append(proto(unix.ETH_P_IP),
+		&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})})
+	// Ethernet/IPv4 ARP whose sender protocol address is the guest's.
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: append(proto(unix.ETH_P_ARP),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 14, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: g[:]},
+		&expr.Verdict{Kind: expr.VerdictAccept})})
+	// The rest (forged ARP, IPv6, other ethertypes) is dropped by the
+	// policy; count it first.
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: []expr.Any{&expr.Counter{}}})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables guard in netns: %w", err)
 	}
 	return nil
 }

@@ -177,7 +177,7 @@ func (r *Runtime) release(ctx context.Context, id string, b *sandbox) error {
 		b.qmp.Close()
 	}
 	b.proc, b.qmp = nil, nil
-	errs = append(errs, r.net.Teardown(ctx, id), cgroups.Remove(r.cgroupPath(id)))
+	errs = append(errs, r.net.Teardown(ctx, id), cgroups.Remove(r.cgroupPath(id)), unmountQEMULog(r.sandboxDir(id)))
 	for _, f := range []string{"qmp.sock", "pid", "console.sock"} {
 		_ = os.Remove(filepath.Join(r.sandboxDir(id), f))
 	}
@@ -253,7 +253,7 @@ func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *vmM
 	}
 	b.proc, b.qmp = p, c
 	if err := incoming(ctx, c, r.statePath(id)); err != nil {
-		return nil, false, fmt.Errorf("load state: %w (qemu: %q)", err, tail(filepath.Join(r.sandboxDir(id), "qemu.log"), 1024))
+		return nil, false, fmt.Errorf("load state: %w (qemu: %q)", err, tail(qemuLogPath(r.sandboxDir(id)), 1024))
 	}
 	// Once the guest runs, mem no longer matches state: state goes first.
 	if err := os.Remove(r.statePath(id)); err != nil {

@@ -98,7 +98,7 @@ func (r *Runtime) recoverLive(ctx context.Context, id string) (*runtime.Handle, 
 				c.Close()
 			}
 		}
-		errs = append(errs, r.net.Teardown(ctx, id), cgroups.Remove(r.cgroupPath(id)))
+		errs = append(errs, r.net.Teardown(ctx, id), cgroups.Remove(r.cgroupPath(id)), unmountQEMULog(dir))
 		return r.adoptPaused(id), errors.Join(errs...)
 	case p != nil:
 		return r.adoptRunning(ctx, id, p)
@@ -224,6 +224,7 @@ func (r *Runtime) removeUnfinishedSnapshots() error {
 		if p := adoptProc(d); p != nil {
 			errs = append(errs, p.stop(context.Background(), nil))
 		}
+		errs = append(errs, unmountQEMULog(d))
 		if err := os.RemoveAll(d); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", d, err))
 		}

@@ -73,7 +73,9 @@ func WithNetwork(m *netpolicy.Manager) Option { return func(o *options) { o.net 
 // WithReadyTimeout bounds how long a restore waits for envd.
 func WithReadyTimeout(d time.Duration) Option { return func(o *options) { o.readyTimeout = d } }
 
-// WithDiskFree sets the free space of a template's disk image (MiB).
+// WithDiskFree sets the free space of a template's disk image (MiB), which
+// is what a sandbox without Spec.DiskMiB gets; a sandbox's disk grows to
+// its Spec.DiskMiB. Default 128.
 func WithDiskFree(mib int) Option { return func(o *options) { o.diskFreeMiB = mib } }
 
 // WithoutJail runs QEMU as root with all capabilities in the host's mount
@@ -115,7 +117,7 @@ type sandbox struct {
 // initramfs and template snapshots are prepared lazily by the first Create.
 func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
 	o := options{accel: os.Getenv("MOAT_VM_ACCEL"), cgroupParent: "/moat", readyTimeout: 30 * time.Second,
-		bootTimeout: 120 * time.Second, diskFreeMiB: 1024}
+		bootTimeout: 120 * time.Second, diskFreeMiB: 128}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -150,7 +152,8 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, tscKHz: hostTSCkHz(),
 		snapLocks: map[string]*sync.Mutex{}}
 	// The container runtime allocates from the same ID space under
-	// <DataDir>/sandboxes: its ranges count as taken.
+	// <DataDir>/sandboxes: its ranges count as taken (and both lock both
+	// directories while allocating).
 	r.ids = idmap.NewAllocator(filepath.Join(r.dir, "sandboxes"), filepath.Join(cfg.DataDir, "sandboxes"))
 	for _, d := range []string{"kernel", "templates", "sandboxes", "snapshots"} {
 		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -65,24 +66,47 @@ func templateKey(spec runtime.Spec) string {
 	return name + "-" + hex.EncodeToString(h.Sum(nil))[:12]
 }
 
-// ensureImage builds <tdir>/rootfs.ext4 from rootfs once.
+// imageName is a template's disk image in its template directory. It is
+// sized to the template's files plus imageFree (sandboxes grow it to
+// their DiskMiB, see disk_linux.go), with 4 KiB blocks and an inode per
+// 16 KiB whatever its size, so that grown disks get ext4's usual layout.
+// Data dirs of versions that sized sandbox disks from the image keep
+// their rootfs.ext4 (1 GiB free) for the snapshots built over it; new
+// snapshots use this image.
+const imageName = "rootfs-v2.ext4"
+
+// ensureImage builds <tdir>/<imageName> from rootfs once.
 func ensureImage(ctx context.Context, tdir, rootfs string, freeMiB int) (string, error) {
-	img := filepath.Join(tdir, "rootfs.ext4")
+	img := filepath.Join(tdir, imageName)
 	if _, err := os.Stat(img); err == nil {
 		return img, nil
 	}
 	if err := os.MkdirAll(tdir, 0o755); err != nil {
 		return "", fmt.Errorf("template image: %w", err)
 	}
-	used, err := dirSize(rootfs)
+	used, files, err := dirSize(rootfs)
 	if err != nil {
 		return "", fmt.Errorf("template image: %w", err)
 	}
-	sizeMiB := used*5/4/(1<<20) + int64(freeMiB) + 64
+	// used counts a block more per file than the files take; add the
+	// inode tables (1/64), a journal and the free space asked for.
+	usedMiB := used >> 20
+	sizeMiB := usedMiB + usedMiB/64 + 64 + int64(freeMiB)
 	tmp := img + ".tmp"
-	_ = os.Remove(tmp)
-	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", "root", "-E", "root_owner=0:0",
-		"-d", rootfs, tmp, fmt.Sprintf("%dM", sizeMiB)).CombinedOutput()
+	var out []byte
+	for try := 0; try < 2; try++ {
+		_ = os.Remove(tmp)
+		args := []string{"-q", "-F", "-L", "root", "-b", "4096", "-i", "16384", "-I", "256", "-E", "root_owner=0:0"}
+		if need := files * 5 / 4; need > sizeMiB<<20/16384 {
+			args = append(args, "-N", strconv.FormatInt(need, 10))
+		}
+		args = append(args, "-d", rootfs, tmp, fmt.Sprintf("%dM", sizeMiB))
+		out, err = exec.CommandContext(ctx, "mkfs.ext4", args...).CombinedOutput()
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		sizeMiB += sizeMiB / 4 // the estimate was short: once more with room
+	}
 	if err != nil {
 		_ = os.Remove(tmp)
 		return "", fmt.Errorf("mkfs.ext4 -d %s: %w: %s", rootfs, err, out)
@@ -93,18 +117,20 @@ func ensureImage(ctx context.Context, tdir, rootfs string, freeMiB int) (string,
 	return img, nil
 }
 
-func dirSize(root string) (int64, error) {
-	var n int64
-	err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+// dirSize is the bytes of the files under root plus a block each, and
+// their number.
+func dirSize(root string) (size, files int64, err error) {
+	err = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if fi, err := d.Info(); err == nil {
-			n += fi.Size() + 4096
+			size += fi.Size() + 4096
+			files++
 		}
 		return nil
 	})
-	return n, err
+	return size, files, err
 }
 
 // qcow2Overlay creates a copy-on-write overlay of backing.

@@ -76,8 +76,8 @@ func (r *Runtime) ensureSnapshot(ctx context.Context, spec runtime.Spec) (*snaps
 	// Everything a restore must match, the kernel command line included,
 	// names the snapshot (short: the QMP socket path inside has to stay
 	// under 108 bytes); meta spells it out.
-	meta := fmt.Sprintf("memory %d MiB\nvcpus %d\naccel %s\nboot %s %s\ncmdline %s\n", spec.MemoryMiB, spec.VCPUs,
-		accel, bf.Version, bf.Key, (&machine{TSCkHz: r.tscKHz}).kernelArgs())
+	meta := fmt.Sprintf("memory %d MiB\nvcpus %d\naccel %s\nboot %s %s\ncmdline %s\nimage %s\n", spec.MemoryMiB, spec.VCPUs,
+		accel, bf.Version, bf.Key, (&machine{TSCkHz: r.tscKHz}).kernelArgs(), imageName)
 	sum := sha256.Sum256([]byte(meta))
 	s := &snapshot{Boot: bf, Accel: accel, VCPUs: spec.VCPUs, MemMiB: spec.MemoryMiB, Template: key,
 		Dir: filepath.Join(tdir, "snap-"+hex.EncodeToString(sum[:])[:12])}
@@ -102,6 +102,7 @@ func (r *Runtime) ensureSnapshot(ctx context.Context, spec runtime.Spec) (*snaps
 // and saves the device state; the guest's disk at that moment is kept as
 // the snapshot's disk.qcow2, under which every sandbox gets its overlay.
 func (r *Runtime) takeSnapshot(ctx context.Context, img string, s *snapshot, meta string) (retErr error) {
+	_ = unmountQEMULog(s.Dir) // a boot a crash cut short
 	_ = os.RemoveAll(s.Dir)
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/runtime"
 )
 
@@ -105,6 +106,20 @@ func TestTemplateKeyAndID(t *testing.T) {
 	}{{"abc123", true}, {"", false}, {"a-b", false}, {"ABC", false}, {strings.Repeat("a", 41), false}} {
 		if err := validID(tc.id); (err == nil) != tc.ok {
 			t.Errorf("validID(%q) = %v", tc.id, err)
+		}
+	}
+}
+
+func TestDiskTarget(t *testing.T) {
+	const have = int64(300) << 20
+	for _, c := range []struct {
+		mib     int
+		want    int64
+		invalid bool
+	}{{0, 0, false}, {300, 0, false}, {4096, 4096 << 20, false}, {299, 0, true}} {
+		got, err := diskTarget(runtime.Spec{DiskMiB: c.mib}, have)
+		if got != c.want || errdefs.IsInvalidArgument(err) != c.invalid {
+			t.Errorf("diskTarget(%d MiB) = %d, %v", c.mib, got, err)
 		}
 	}
 }

@@ -342,6 +342,21 @@ func killAndCheck(t *testing.T, r *Runtime, h *runtime.Handle) {
 	if pids := qemuPIDs(r.sandboxDir(h.ID)); len(pids) > 0 {
 		t.Errorf("processes %v left behind", pids)
 	}
+	if ms := mountsOf(h.ID); len(ms) > 0 {
+		t.Errorf("mounts %v left behind", ms)
+	}
+}
+
+// mountsOf lists the host mount points whose path contains id.
+func mountsOf(id string) []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.Contains(f[4], id) {
+			out = append(out, f[4])
+		}
+	}
+	return out
 }
 
 func TestRecoverAdoptsLiveAndRemovesOthers(t *testing.T) {

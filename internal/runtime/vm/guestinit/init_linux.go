@@ -23,6 +23,7 @@ func Main() {
 		select {}
 	}
 	go watchRestores()
+	go watchResizes(cmdline()[ArgRoot])
 	superviseEnvd(cmdline()[ArgEnvd])
 }
 
