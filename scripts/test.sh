@@ -4,8 +4,10 @@
 #   1. scripts/setup.sh with MOAT_DATA_DIR=/var/lib/moat-ci (the template
 #      cache for tests; the first run builds it, later runs reuse it)
 #   2. go vet ./... and go test ./... (as root: runtime tests need it)
-#   3. the microVM pause/resume benchmark (256 MiB, 1 GiB, 2 GiB against
-#      plain migrate-to-file; prints a table; ~4 minutes)
+#   3. benchmarks that print medians and ratios: microVM pause/resume
+#      (256 MiB, 1 GiB, 2 GiB against plain migrate-to-file; ~4 minutes),
+#      the QEMU jail's cost on microVM create (jailed vs not), and creates
+#      per second through the API (1 client vs the configured concurrency)
 #   4. the end-to-end suites in test/e2e with the official e2b npm SDK
 #   5. a final host leak check (no moat containers, netns, veths, mounts,
 #      loop devices left)
@@ -15,7 +17,7 @@
 #   MOAT_E2E_SUITES     space-separated suite files to run (default: all *.test.mjs)
 #   MOAT_E2E_RUNTIMES   runtimes to run the suites on (default: "container vm")
 #   MOAT_TEST_SKIP_GO=1 skip go vet / go test
-#   MOAT_TEST_SKIP_BENCH=1 skip the pause/resume benchmark
+#   MOAT_TEST_SKIP_BENCH=1 skip the benchmarks
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -70,6 +72,12 @@ if [ "${MOAT_TEST_SKIP_BENCH:-0}" != 1 ]; then
   MOAT_BENCH_PAUSE_ROUNDS="${MOAT_BENCH_PAUSE_ROUNDS:-2}" go test ./internal/runtime/vm/ -run '^$' \
     -bench BenchmarkPauseResume -benchtime=1x -count=1 -timeout 30m 2>&1 | grep -v 'level=INFO' ||
     failed+=("pause benchmark")
+  log "benchmark: microVM create with and without the QEMU jail (go test -bench BenchmarkCreateJail)"
+  go test ./internal/runtime/vm/ -run '^$' -bench BenchmarkCreateJail -benchtime=1x -count=1 -timeout 20m 2>&1 |
+    grep -v 'level=INFO' || failed+=("jail benchmark")
+  log "benchmark: creates per second through the API (go test -bench BenchmarkCreateThroughput)"
+  go test ./cmd/moat/ -run '^$' -bench BenchmarkCreateThroughput -benchtime=1x -count=1 -timeout 20m 2>&1 |
+    grep -v 'level=INFO' || failed+=("create throughput benchmark")
 fi
 
 # The same suites run once per runtime: containers (crun/runc), then microVMs
@@ -105,7 +113,7 @@ leaks="$(
     done
     ip netns list 2>/dev/null | grep -E '^moat-[a-z0-9]+( |$)'
     ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^mh' 
-    grep -E "$MOAT_DATA_DIR/sandboxes/" /proc/self/mountinfo
+    grep -E "$MOAT_DATA_DIR/(vm/)?sandboxes/" /proc/self/mountinfo
     grep -sH "$MOAT_DATA_DIR/sandboxes/" /sys/block/loop*/loop/backing_file
     [ -d "$MOAT_DATA_DIR/sandboxes" ] && find "$MOAT_DATA_DIR/sandboxes" -mindepth 1 -maxdepth 1
     [ -d "$MOAT_DATA_DIR/vm/sandboxes" ] && find "$MOAT_DATA_DIR/vm/sandboxes" -mindepth 1 -maxdepth 1

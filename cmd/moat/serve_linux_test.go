@@ -57,7 +57,7 @@ var (
 
 // requireRealServer skips unless the host can run container sandboxes from
 // the CI base template, and returns its rootfs.
-func requireRealServer(t *testing.T) string {
+func requireRealServer(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("real moat serve tests need root")
@@ -94,7 +94,7 @@ func requireRealServer(t *testing.T) string {
 
 // skipUnlessCI skips, except under CI=true, where a real-component test
 // that cannot run is a failure.
-func skipUnlessCI(t *testing.T, format string, args ...any) {
+func skipUnlessCI(t testing.TB, format string, args ...any) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatalf(format, args...)
@@ -104,7 +104,7 @@ func skipUnlessCI(t *testing.T, format string, args ...any) {
 
 // newDataDir makes a data dir (traversable for the sandboxes' roots) whose
 // store knows the template "base" at rootfs.
-func newDataDir(t *testing.T, rootfs string) string {
+func newDataDir(t testing.TB, rootfs string) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
@@ -124,7 +124,13 @@ func newDataDir(t *testing.T, rootfs string) string {
 // startServer starts `moat serve` on dataDir with extra inherited files and
 // waits until it listens. While another server holds the host lock it
 // retries for up to two minutes, then skips.
-func startServer(t *testing.T, dataDir string, extra ...*os.File) *realServer {
+func startServer(t testing.TB, dataDir string, extra ...*os.File) *realServer {
+	t.Helper()
+	return startServerArgs(t, dataDir, nil, extra...)
+}
+
+// startServerArgs is startServer with extra `moat serve` flags.
+func startServerArgs(t testing.TB, dataDir string, args []string, extra ...*os.File) *realServer {
 	t.Helper()
 	// A server of an older build takes no host lock, and this one's Recover
 	// would remove its sandboxes' network objects.
@@ -132,7 +138,7 @@ func startServer(t *testing.T, dataDir string, extra ...*os.File) *realServer {
 		skipUnlessCI(t, "another moat serve is running (pids %v): not starting one in the host scope beside it", pids)
 	}
 	for deadline := time.Now().Add(2 * time.Minute); ; {
-		s, err := tryStart(t, dataDir, extra...)
+		s, err := tryStart(t, dataDir, args, extra...)
 		if err == nil {
 			return s
 		}
@@ -164,10 +170,10 @@ func otherServers() []int {
 	return pids
 }
 
-func tryStart(t *testing.T, dataDir string, extra ...*os.File) (*realServer, error) {
+func tryStart(t testing.TB, dataDir string, args []string, extra ...*os.File) (*realServer, error) {
 	t.Helper()
 	s := &realServer{dataDir: dataDir, out: &lockedBuf{}, done: make(chan error, 1)}
-	s.cmd = exec.Command(moatBin, "serve", "--data-dir", dataDir, "--addr", "127.0.0.1:0", "--runtime", "container")
+	s.cmd = exec.Command(moatBin, append([]string{"serve", "--data-dir", dataDir, "--addr", "127.0.0.1:0", "--runtime", "container"}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.ExtraFiles = extra
 	if err := s.cmd.Start(); err != nil {
@@ -420,7 +426,7 @@ func TestSecondServerRefuses(t *testing.T) {
 	runIn(t, sb, "echo before")
 	dataB := newDataDir(t, rootfs)
 	start := time.Now()
-	_, err := tryStart(t, dataB)
+	_, err := tryStart(t, dataB, nil)
 	took := time.Since(start)
 	if err == nil {
 		t.Fatal("second moat serve started")

@@ -1,0 +1,328 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moatsh/moat/internal/admission"
+)
+
+// createResult is one create request's outcome as a client saw it.
+type createResult struct {
+	status     int
+	took       time.Duration
+	retryAfter string
+	id         string
+	err        error
+}
+
+// loadClient is an HTTP client for many concurrent requests to one server.
+func loadClient() *http.Client {
+	return &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{
+		MaxIdleConnsPerHost: 64, DisableCompression: true,
+	}}
+}
+
+// postCreate asks s for one sandbox from "base".
+func postCreate(ctx context.Context, c *http.Client, s *realServer) createResult {
+	start := time.Now()
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.base+"/v2/sandboxes",
+		strings.NewReader(`{"templateID":"base","timeout":600}`))
+	req.Header.Set("X-API-KEY", s.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	r := createResult{took: time.Since(start), err: err}
+	if err != nil {
+		return r
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	r.status, r.retryAfter = resp.StatusCode, resp.Header.Get("Retry-After")
+	var v struct {
+		SandboxID string `json:"sandboxID"`
+		Code      int    `json:"code"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		r.err = fmt.Errorf("status %d, body %q: %w", r.status, body, err)
+	}
+	r.id = v.SandboxID
+	if r.status != http.StatusCreated && v.Code != r.status {
+		r.err = fmt.Errorf("status %d with error body %q", r.status, body)
+	}
+	return r
+}
+
+// killAll deletes the sandboxes, a few at a time.
+func killAll(t testing.TB, c *http.Client, s *realServer, ids []string) {
+	t.Helper()
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			req, _ := http.NewRequest("DELETE", s.base+"/sandboxes/"+id, nil)
+			req.Header.Set("X-API-KEY", s.key)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Errorf("kill %s: %v", id, err)
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNoContent {
+				t.Errorf("kill %s: status %d", id, resp.StatusCode)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// watchLatency polls path every 100 ms until stop closes and returns the
+// slowest answer (a failed request counts as a minute).
+func watchLatency(c *http.Client, s *realServer, path string, stop <-chan struct{}) <-chan time.Duration {
+	out := make(chan time.Duration, 1)
+	go func() {
+		var worst time.Duration
+		for {
+			select {
+			case <-stop:
+				out <- worst
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			start := time.Now()
+			req, _ := http.NewRequest("GET", s.base+path, nil)
+			req.Header.Set("X-API-KEY", s.key)
+			resp, err := c.Do(req)
+			d := time.Since(start)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				d = time.Minute
+			}
+			if resp != nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			worst = max(worst, d)
+		}
+	}()
+	return out
+}
+
+// TestLoadAdmission fires MOAT_LOAD_CREATES (default 1000) creates at once
+// at a real server with the default admission settings. Every request must
+// get 201, 429 (with Retry-After) or 503 — never a 500 — refusals must come
+// at once, /health and the sandbox list must keep answering within a second
+// throughout, and after the created sandboxes are killed nothing of theirs
+// may be left on the host.
+func TestLoadAdmission(t *testing.T) {
+	rootfs := requireRealServer(t)
+	s := startServer(t, newDataDir(t, rootfs))
+	n := envIntOr("MOAT_LOAD_CREATES", 1000)
+	c, watch := loadClient(), loadClient()
+	stop := make(chan struct{})
+	health := watchLatency(watch, s, "/health", stop)
+	list := watchLatency(watch, s, "/v2/sandboxes", stop)
+
+	results := make([]createResult, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results[i] = postCreate(context.Background(), c, s)
+		}()
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	burst := time.Since(t0)
+	close(stop)
+	worstHealth, worstList := <-health, <-list
+
+	byStatus := map[int][]time.Duration{}
+	var ids []string
+	for _, r := range results {
+		if r.err != nil {
+			t.Errorf("create: %v", r.err)
+			continue
+		}
+		byStatus[r.status] = append(byStatus[r.status], r.took)
+		switch r.status {
+		case http.StatusCreated:
+			ids = append(ids, r.id)
+		case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+			if r.retryAfter == "" {
+				t.Errorf("%d without Retry-After", r.status)
+			}
+		default:
+			t.Errorf("create answered %d", r.status)
+		}
+	}
+	t.Cleanup(func() { killAll(t, c, s, ids) })
+	for status, d := range byStatus {
+		slices.Sort(d)
+		t.Logf("%4d × %d: median %s, max %s", len(d), status, d[len(d)/2].Round(time.Millisecond), d[len(d)-1].Round(time.Millisecond))
+	}
+	t.Logf("%d creates in %s: %d created; slowest /health %s, slowest list %s",
+		n, burst.Round(time.Millisecond), len(ids), worstHealth.Round(time.Millisecond), worstList.Round(time.Millisecond))
+	if len(ids) == 0 {
+		t.Error("no create succeeded")
+	}
+	// A refusal is immediate: it never waits for a slot.
+	if d := byStatus[http.StatusTooManyRequests]; len(d) > 0 && d[len(d)/2] > 5*time.Second {
+		t.Errorf("median 429 took %s; refusals must come at once", d[len(d)/2])
+	}
+	if worstHealth > time.Second || worstList > time.Second {
+		t.Errorf("under load /health took up to %s and the list up to %s (want < 1 s)", worstHealth, worstList)
+	}
+	killAll(t, c, s, ids)
+	assertNoHostObjects(t, s.dataDir, ids)
+	ids = nil
+}
+
+// assertNoHostObjects waits up to 20 s until no host object named after
+// any of ids is left: netns, veth, mount, loop device, cgroup, directory.
+func assertNoHostObjects(t testing.TB, dataDir string, ids []string) {
+	t.Helper()
+	var left []string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		left = hostObjects(dataDir, ids)
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(left) > 0 {
+		sort.Strings(left)
+		t.Fatalf("left on the host after kill (%d):\n%s", len(left), strings.Join(left[:min(len(left), 40)], "\n"))
+	}
+}
+
+func hostObjects(dataDir string, ids []string) []string {
+	var left []string
+	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var backing []string
+	for _, p := range loops {
+		b, _ := os.ReadFile(p)
+		backing = append(backing, string(b))
+	}
+	links, _ := os.ReadDir("/sys/class/net")
+	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/moat/*")
+	cg2, _ := filepath.Glob("/sys/fs/cgroup/moat/*")
+	cgroups = append(cgroups, cg2...)
+	for _, id := range ids {
+		for _, p := range []string{"/run/netns/moat-" + id, filepath.Join(dataDir, "sandboxes", id)} {
+			if _, err := os.Lstat(p); err == nil {
+				left = append(left, p)
+			}
+		}
+		if strings.Contains(string(mountinfo), id) {
+			left = append(left, "mount of "+id)
+		}
+		for _, b := range backing {
+			if strings.Contains(b, id) {
+				left = append(left, "loop device for "+strings.TrimSpace(b))
+			}
+		}
+		for _, l := range links {
+			if l.Name() == "mh"+id[:min(len(id), 12)] {
+				left = append(left, "link "+l.Name())
+			}
+		}
+		for _, cg := range cgroups {
+			if strings.Contains(cg, id) {
+				left = append(left, "cgroup "+cg)
+			}
+		}
+	}
+	return left
+}
+
+// BenchmarkCreateThroughput measures creates per second through the API of
+// a real server (container runtime): clients at once = 1 (the baseline) and
+// = the server's --max-concurrent-ops (default admission.DefaultConcurrency), each round
+// creating MOAT_BENCH_CREATES (default 16) sandboxes, then killing them
+// (not timed). Prints medians over MOAT_BENCH_CREATE_ROUNDS (default 3)
+// rounds and their ratio.
+func BenchmarkCreateThroughput(b *testing.B) {
+	rootfs := requireRealServer(b)
+	perRound, rounds := envIntOr("MOAT_BENCH_CREATES", 16), envIntOr("MOAT_BENCH_CREATE_ROUNDS", 3)
+	// MOAT_BENCH_CONCURRENCY runs the server with another --max-concurrent-ops
+	// (and as many clients), to choose the default on a new kind of host.
+	configured := envIntOr("MOAT_BENCH_CONCURRENCY", admission.DefaultConcurrency)
+	s := startServerArgs(b, newDataDir(b, rootfs), []string{"--max-concurrent-ops", strconv.Itoa(configured)})
+	c := loadClient()
+	rates := map[int][]float64{}
+	for b.Loop() {
+		for range rounds {
+			for _, clients := range []int{1, configured} {
+				rate, ids := createWave(b, c, s, perRound, clients)
+				rates[clients] = append(rates[clients], rate)
+				killAll(b, c, s, ids)
+			}
+		}
+	}
+	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
+	base, conc := med(rates[1]), med(rates[configured])
+	fmt.Printf("\ncreate throughput (container runtime, %d creates a round, %d rounds, medians)\n", perRound, rounds)
+	fmt.Printf("  %-28s %8.1f creates/s\n", "1 client (baseline)", base)
+	fmt.Printf("  %-28s %8.1f creates/s   ratio %.2f×\n", fmt.Sprintf("%d clients (--max-concurrent-ops)", configured), conc, conc/base)
+	b.ReportMetric(conc, "creates/s")
+	b.ReportMetric(conc/base, "ratio")
+}
+
+// createWave creates n sandboxes with clients workers and returns creates
+// per second and the IDs.
+func createWave(b testing.TB, c *http.Client, s *realServer, n, clients int) (float64, []string) {
+	b.Helper()
+	jobs := make(chan struct{}, n)
+	for range n {
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	var mu sync.Mutex
+	var ids []string
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range jobs {
+				r := postCreate(context.Background(), c, s)
+				if r.err != nil || r.status != http.StatusCreated {
+					b.Errorf("create: %d %v", r.status, r.err)
+					continue
+				}
+				mu.Lock()
+				ids = append(ids, r.id)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(len(ids)) / time.Since(start).Seconds(), ids
+}
+
+func envIntOr(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
