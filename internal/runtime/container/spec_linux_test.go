@@ -57,6 +57,7 @@ func TestOCISpec(t *testing.T) {
 		{"deny unshare", denied["unshare"]},
 		{"deny ptrace", denied["ptrace"]},
 		{"deny bpf", denied["bpf"]},
+		{"deny io_uring", denied["io_uring_setup"] && denied["io_uring_enter"] && denied["io_uring_register"]},
 		{"allow clock_settime", !denied["clock_settime"]},
 		{"mask /proc/kcore", slices.Contains(spec.Linux.MaskedPaths, "/proc/kcore")},
 		{"ro /proc/sys", slices.Contains(spec.Linux.ReadonlyPaths, "/proc/sys")},
