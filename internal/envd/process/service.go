@@ -121,8 +121,15 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 
 func serve(ctx context.Context, p *proc, sub *subscriber, h http.Header, send func(*pb.ProcessEvent) error) error {
 	err := sub.serve(ctx, p.pid, keepaliveInterval(h), send)
-	if err != nil && ctx.Err() != nil {
-		return errconnect.ToConnect(fmt.Errorf("stream of process %d: %w", p.pid, ctx.Err()))
+	if err == nil {
+		return nil
+	}
+	cause := ctx.Err()
+	if cause == nil && errors.Is(err, context.DeadlineExceeded) {
+		cause = err
+	}
+	if cause != nil {
+		return errconnect.ToConnect(fmt.Errorf("stream of process %d: %w", p.pid, cause))
 	}
 	return err
 }

@@ -98,6 +98,13 @@ func (s *subscriber) serve(ctx context.Context, pid uint32, interval time.Durati
 			timer.Reset(interval)
 		case <-s.notify:
 			for _, ev := range s.take() {
+				if ev.GetEnd() != nil && pastDeadline(ctx) {
+					// The client's deadline (Connect-Timeout-Ms) killed the
+					// process: the stream ends as a timeout, as the
+					// client's own timer would end it, never as an exit.
+					// ctx's own timer may not have fired yet.
+					return context.DeadlineExceeded
+				}
 				if err := send(ev); err != nil {
 					return err
 				}
@@ -108,6 +115,12 @@ func (s *subscriber) serve(ctx context.Context, pid uint32, interval time.Durati
 			timer.Reset(interval)
 		}
 	}
+}
+
+// pastDeadline reports whether ctx has a deadline that has passed.
+func pastDeadline(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // keepaliveInterval reads the Keepalive-Ping-Interval header (seconds).
