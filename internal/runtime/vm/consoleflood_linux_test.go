@@ -48,7 +48,12 @@ func TestConsoleFloodBounded(t *testing.T) {
 	dir := r.sandboxDir(h.ID)
 	start := time.Now()
 	total0, _ := con.stats()
-	for time.Since(start) < 25*time.Second {
+	// 60 s, as the issue asks (MOAT_TEST_FLOOD_SECONDS shortens it by hand).
+	floodFor := 60 * time.Second
+	if v, err := strconv.Atoi(os.Getenv("MOAT_TEST_FLOOD_SECONDS")); err == nil && v > 0 {
+		floodFor = time.Duration(v) * time.Second
+	}
+	for time.Since(start) < floodFor {
 		time.Sleep(time.Second)
 		checkConsoleFiles(t, dir)
 	}
