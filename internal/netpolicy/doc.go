@@ -12,7 +12,10 @@
 //	nftables    table inet <table> (default "moat") and table arp <table>,
 //	            shared by all sandboxes; set "allowed" holds the host-side
 //	            ifnames with internet access, set "sandbox_addrs" (in both
-//	            tables) maps each host-side ifname to its sandbox's address
+//	            tables) maps each host-side ifname to its sandbox's address;
+//	            interval sets "egress_allow" and "egress_deny" hold each
+//	            sandbox's egress policy (Egress: E2B's allowOut/denyOut) as
+//	            (ifname . IPv4 range) elements
 //
 // The table's policy, for traffic from the sandboxes' host-side interfaces:
 //
@@ -31,6 +34,9 @@
 //	             own address (per "sandbox_addrs"), and only replies;
 //	             sandbox→private, loopback, link-local (cloud metadata) and
 //	             multicast IPv4 ranges dropped; then chain "hostnets";
+//	             then (ifname . destination) in "egress_allow" accepted, in
+//	             "egress_deny" dropped (so allowOut wins over denyOut and
+//	             neither reopens what is blocked above);
 //	             sandbox→elsewhere accepted only for ifnames in "allowed";
 //	             all else from a sandbox (IPv6 included) dropped
 //	hostnets:    (regular chain) drops, IPv4 and IPv6, every network the host
@@ -46,7 +52,10 @@
 //	             interface is masqueraded
 //
 // Counters: nft list counters table inet <table>; nft list counters table
-// arp <table>. A veth's binding is added at Setup (before which its packets
+// arp <table>. SetEgress replaces one sandbox's policy elements and its
+// "allowed" membership in one transaction (old or new, never a mix; rules
+// are stateless, so a connection whose destination stays allowed goes on).
+// A veth's binding is added at Setup (before which its packets
 // are all dropped: fail closed), removed at Teardown, and rebuilt by Recover.
 //
 // IPv6 is disabled on the host side of each veth and never forwarded.

@@ -31,9 +31,10 @@ type Manager struct {
 	o   options
 
 	mu         sync.Mutex
-	alloc      *allocator      // guarded by mu
-	internet   map[string]bool // id → egress allowed; guarded by mu
-	forwarding bool            // ip_forward switched on by us; guarded by mu
+	alloc      *allocator        // guarded by mu
+	internet   map[string]bool   // id → egress allowed; guarded by mu
+	egress     map[string]Egress // id → policy set by SetEgress, applied by Setup; guarded by mu
+	forwarding bool              // ip_forward switched on by us; guarded by mu
 
 	nftMu     sync.Mutex     // serialises table installs with hostnets refills
 	deny      []netip.Prefix // contents of the hostnets chain; guarded by nftMu
@@ -61,7 +62,7 @@ func New(log *slog.Logger, opts ...Option) (*Manager, error) {
 		return nil, fmt.Errorf("netpolicy: bad scope: if prefix %q, subnet %s", o.ifPrefix, o.subnet)
 	}
 	m := &Manager{log: log.With("component", "netpolicy"), o: o,
-		alloc: newAllocator(o.subnet), internet: map[string]bool{}, done: make(chan struct{})}
+		alloc: newAllocator(o.subnet), internet: map[string]bool{}, egress: map[string]Egress{}, done: make(chan struct{})}
 	deny, err := m.computeDeny()
 	if err != nil {
 		return nil, fmt.Errorf("netpolicy: %w", err)
@@ -156,6 +157,10 @@ func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *
 		h, sb := m.alloc.addrs(s)
 		return onHost[h] || onHost[sb]
 	})
+	policy, hasPolicy := m.egress[id]
+	if hasPolicy {
+		allowInternet = policy.Internet
+	}
 	if err == nil {
 		m.internet[id] = allowInternet
 	}
@@ -183,7 +188,12 @@ func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *
 	if err := configureInside(n); err != nil {
 		return nil, err
 	}
-	if allowInternet {
+	if hasPolicy {
+		undo.Push(func() error { return errors.Join(m.clearEgress(n.HostIf), m.setAllowed(n.HostIf, false)) })
+		if err := m.applyEgress(ctx, id, policy); err != nil {
+			return nil, err
+		}
+	} else if allowInternet {
 		if err := m.enableForwarding(); err != nil {
 			return nil, err
 		}
@@ -205,6 +215,7 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 	hostIf := m.o.hostIf(id)
 	err := errors.Join(
 		m.setAllowed(hostIf, false),
+		m.clearEgress(hostIf),
 		m.unbindAddrs(hostIf),
 		deleteLink(hostIf),
 		deleteNetns(m.o.netnsName(id)),
@@ -221,6 +232,7 @@ func (m *Manager) release(id string) {
 	m.mu.Lock()
 	m.alloc.free(id)
 	delete(m.internet, id)
+	delete(m.egress, id)
 	m.mu.Unlock()
 }
 

@@ -31,6 +31,9 @@ func (*Manager) Setup(context.Context, string, bool) (*Net, error) { return nil,
 // Teardown fails outside Linux.
 func (*Manager) Teardown(context.Context, string) error { return errOS }
 
+// SetEgress fails outside Linux.
+func (*Manager) SetEgress(context.Context, string, Egress) error { return errOS }
+
 // Recover fails outside Linux.
 func (*Manager) Recover(context.Context, []string) error { return errOS }
 

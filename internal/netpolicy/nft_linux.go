@@ -55,6 +55,10 @@ func (m *Manager) installTable() error {
 	if err != nil {
 		return err
 	}
+	keepEgress, err := m.keepEgress(c)
+	if err != nil {
+		return err
+	}
 	for _, old := range []*nftables.Table{m.table(), m.arpTable()} {
 		if _, err := c.ListTableOfFamily(old.Name, old.Family); err == nil {
 			c.DelTable(old)
@@ -71,7 +75,11 @@ func (m *Manager) installTable() error {
 	if err != nil {
 		return err
 	}
-	m.addFilterChains(c, t, set, addrs, hostnets)
+	egAllow, egDeny, err := addEgressSets(c, t, keepEgress)
+	if err != nil {
+		return err
+	}
+	m.addFilterChains(c, t, set, addrs, egAllow, egDeny, hostnets)
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: install table inet %s: %w", m.o.table, err)
 	}
@@ -100,7 +108,7 @@ func keepElements(c *nftables.Conn, t *nftables.Table, name string) ([]nftables.
 }
 
 // addFilterChains adds the base chains of table t to c's batch.
-func (m *Manager) addFilterChains(c *nftables.Conn, t *nftables.Table, allowed, addrs *nftables.Set, hostnets *nftables.Chain) {
+func (m *Manager) addFilterChains(c *nftables.Conn, t *nftables.Table, allowed, addrs, egAllow, egDeny *nftables.Set, hostnets *nftables.Chain) {
 	accept := nftables.ChainPolicyAccept
 	input := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
@@ -126,6 +134,10 @@ func (m *Manager) addFilterChains(c *nftables.Conn, t *nftables.Table, allowed, 
 		add(forward, iif, daddrIn(p), verdict(expr.VerdictDrop))
 	}
 	add(forward, iif, []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: hostnets.Name}})
+	// Per-sandbox egress policy: allowOut wins over denyOut; both only
+	// after the blocks above, which no policy opens.
+	add(forward, iif, ipv4(), inEgress(egAllow), verdict(expr.VerdictAccept))
+	add(forward, iif, ipv4(), inEgress(egDeny), verdict(expr.VerdictDrop))
 	add(forward, iif, ipv4(), []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Lookup{SourceRegister: 1, SetName: allowed.Name, SetID: allowed.ID},

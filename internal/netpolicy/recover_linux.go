@@ -56,7 +56,7 @@ func (m *Manager) Recover(ctx context.Context, live []string) error {
 		id, ok := liveIf[name]
 		if !ok {
 			m.log.InfoContext(ctx, "removing orphaned veth", "if", name)
-			errs = append(errs, deleteLink(name), m.setAllowed(name, false), m.unbindAddrs(name))
+			errs = append(errs, deleteLink(name), m.setAllowed(name, false), m.unbindAddrs(name), m.clearEgress(name))
 			continue
 		}
 		errs = append(errs, m.adopt(id, l, allowed[name]))
@@ -66,7 +66,7 @@ func (m *Manager) Recover(ctx context.Context, live []string) error {
 			errs = append(errs, m.setAllowed(name, false))
 		}
 	}
-	errs = append(errs, m.unbindStale(liveIf))
+	errs = append(errs, m.unbindStale(liveIf), m.clearStaleEgress(liveIf))
 	return errors.Join(errs...)
 }
 

@@ -105,6 +105,11 @@ func (o *Orchestrator) resumeLocked(ctx context.Context, e *entry, sb store.Sand
 		return sb, err
 	}
 	defer release()
+	// A runtime that tears the network down while paused sets it up again
+	// on resume with the current policy (it may have been updated).
+	if err := o.applyEgress(ctx, sb); err != nil {
+		return sb, fmt.Errorf("resume sandbox %s: %w", sb.ID, err)
+	}
 	o.setState(ctx, e, store.StateResuming)
 	h, resumeErr := o.rt.Resume(context.WithoutCancel(ctx), sb.ID)
 	if resumeErr != nil && h == nil {

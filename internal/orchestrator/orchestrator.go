@@ -61,6 +61,13 @@ type CreateRequest struct {
 	AllowInternet bool
 	AutoPause     bool
 	AutoResume    bool // proxy traffic resumes it when paused (needs AutoPause)
+	// AllowOut and DenyOut are E2B's network.allowOut/denyOut (IPs and
+	// CIDR blocks; validated here).
+	AllowOut []string
+	DenyOut  []string
+	// PrivateTraffic (E2B's allowPublicTraffic: false) issues a traffic
+	// access token that the proxy then requires for the sandbox's ports.
+	PrivateTraffic bool
 }
 
 // Metric is one resource reading of a running sandbox.
@@ -150,6 +157,10 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 	if err := checkEnvVars(req.EnvVars); err != nil {
 		return store.Sandbox{}, err
 	}
+	allowOut, denyOut, err := CanonicalNetwork(req.AllowOut, req.DenyOut)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
 	tpl, snap, err := o.source(ctx, req.Team, req.Template)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -167,9 +178,13 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 	sb := store.Sandbox{ID: spec.ID, Team: req.Team, TemplateID: tpl.ID, Alias: tpl.Name, State: store.StateRunning,
 		Runtime: o.rt.Name(), Metadata: req.Metadata, EnvVars: envVars, Secure: req.Secure,
 		AllowInternet: req.AllowInternet, AutoPause: req.AutoPause, AutoResume: req.AutoResume && req.AutoPause,
-		Timeout: req.Timeout, CPUCount: spec.VCPUs, MemoryMB: spec.MemoryMiB, DiskSizeMB: spec.DiskMiB}
+		Timeout: req.Timeout, CPUCount: spec.VCPUs, MemoryMB: spec.MemoryMiB, DiskSizeMB: spec.DiskMiB,
+		Network: store.Network{AllowOut: allowOut, DenyOut: denyOut}}
 	if req.Secure {
 		sb.EnvdAccessToken = randomHex(32)
+	}
+	if req.PrivateTraffic {
+		sb.Network.TrafficAccessToken = randomHex(32)
 	}
 	release, err := o.admit(ctx, "create", admission.Need{MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB})
 	if err != nil {
@@ -188,6 +203,10 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 			log.Warn("create failed", "err", retErr)
 		}
 	}()
+	// The policy is in place before the sandbox's network comes up.
+	if err := o.applyEgress(ctx, sb); err != nil {
+		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+	}
 	h, err := o.createRuntime(ctx, req.Team, spec)
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
@@ -353,6 +372,9 @@ type Route struct {
 	State      string
 	AutoResume bool
 	Gen        uint64 // bumped by every resume: connections from before are stale
+	// TrafficToken, when set, must be sent as e2b-traffic-access-token to
+	// reach the sandbox's ports other than envd's.
+	TrafficToken string
 }
 
 // Lookup is the proxy's cheap route to a live sandbox; ok is false for
@@ -364,7 +386,8 @@ func (o *Orchestrator) Lookup(id string) (Route, bool) {
 	if !found || e.gone {
 		return Route{}, false
 	}
-	return Route{Addr: e.addr, Token: e.sb.EnvdAccessToken, State: e.sb.State, AutoResume: e.sb.AutoResume, Gen: e.gen}, true
+	return Route{Addr: e.addr, Token: e.sb.EnvdAccessToken, State: e.sb.State, AutoResume: e.sb.AutoResume, Gen: e.gen,
+		TrafficToken: e.sb.Network.TrafficAccessToken}, true
 }
 
 func errNotFound(id string) error {

@@ -51,6 +51,11 @@ func (o *Orchestrator) Recover(ctx context.Context) error {
 		if err := o.db.UpdateSandbox(ctx, sb); err != nil {
 			return fmt.Errorf("recover %s: %w", sb.ID, err)
 		}
+		// The host kept the policy across the restart; re-apply it from
+		// the store so both agree.
+		if err := o.applyEgress(ctx, sb); err != nil {
+			o.log.Warn("re-apply network policy", "sandboxID", sb.ID, "err", err)
+		}
 		o.mu.Lock()
 		o.live[sb.ID] = &entry{sb: sb, addr: h.Addr}
 		o.mu.Unlock()

@@ -146,7 +146,8 @@ func (o *Orchestrator) Fork(ctx context.Context, team, id string, count int, tim
 		}
 	}()
 	req := CreateRequest{Team: team, Template: snap.ID, Timeout: timeout, Metadata: src.Metadata, Secure: src.Secure,
-		AllowInternet: src.AllowInternet, AutoPause: src.AutoPause, AutoResume: src.AutoResume}
+		AllowInternet: src.AllowInternet, AutoPause: src.AutoPause, AutoResume: src.AutoResume,
+		AllowOut: src.Network.AllowOut, DenyOut: src.Network.DenyOut, PrivateTraffic: src.Network.TrafficAccessToken != ""}
 	out := make([]ForkResult, count)
 	sem := make(chan struct{}, forkParallel)
 	var wg sync.WaitGroup

@@ -28,6 +28,9 @@ const (
 	HeaderSandboxID   = "E2b-Sandbox-Id"
 	HeaderSandboxPort = "E2b-Sandbox-Port"
 	HeaderAccessToken = "X-Access-Token"
+	// HeaderTrafficToken carries the trafficAccessToken of a sandbox
+	// created with network.allowPublicTraffic: false.
+	HeaderTrafficToken = "E2b-Traffic-Access-Token"
 )
 
 // Target is where a sandbox's traffic goes right now.
@@ -37,6 +40,9 @@ type Target struct {
 	State      string // "running", "paused", …
 	AutoResume bool   // traffic may resume it when paused
 	Gen        uint64 // changes whenever the sandbox's process or address may have (resume)
+	// TrafficToken ("" = none) is required in HeaderTrafficToken on every
+	// port but envd's, which keeps its own token.
+	TrafficToken string
 }
 
 // Resolver finds a live sandbox; the orchestrator implements it.
@@ -100,6 +106,7 @@ func New(cfg Config) *Proxy {
 			pr.Out.URL.Host = t.poolKey()
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Del("X-API-KEY")
+			pr.Out.Header.Del(HeaderTrafficToken)
 		},
 		ErrorHandler: p.proxyError,
 	}
@@ -164,6 +171,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, found := p.cfg.Resolver.Lookup(id)
+	// Checked before an auto-resume: traffic without the token must not
+	// even wake the sandbox.
+	if found && port != p.cfg.EnvdPort && t.TrafficToken != "" &&
+		subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderTrafficToken)), []byte(t.TrafficToken)) != 1 {
+		errhttp.Write(w, http.StatusForbidden, "this sandbox's traffic needs a valid "+HeaderTrafficToken+" header")
+		return
+	}
 	if found && t.State != "running" && t.AutoResume {
 		woke, err := p.cfg.Resolver.Wake(r.Context(), id)
 		if err != nil {

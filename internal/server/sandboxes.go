@@ -58,6 +58,15 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32
 			return
 		}
 	}
+	for _, f := range []struct {
+		name string
+		raw  []byte
+	}{{"mcp", body.MCP}, {"iam", body.IAM}, {"volumeMounts", body.VolumeMounts}} {
+		if !unset(f.raw) {
+			s.fail(w, r, errUnsupported(f.name))
+			return
+		}
+	}
 	req := orchestrator.CreateRequest{
 		Team:          team(r),
 		Template:      *body.TemplateID,
@@ -68,6 +77,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32
 		AllowInternet: body.AllowInternetAccess == nil || *body.AllowInternetAccess,
 		AutoPause:     autoPause,
 		AutoResume:    autoResume,
+	}
+	if err := parseNetwork(body.Network, &req); err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	sb, err := s.orch.Create(r.Context(), req)
 	if err != nil {
@@ -149,6 +162,10 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, id string) {
 	var body resumeBody
 	if err := decode(r, &body, false); err != nil {
 		s.writeBodyErr(w, r, err)
+		return
+	}
+	if body.Memory != nil && !*body.Memory {
+		s.fail(w, r, errUnsupported("memory: false (resume from disk state only)"))
 		return
 	}
 	timeout := int32(defaultResumeTimeout)

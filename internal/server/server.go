@@ -75,10 +75,10 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /snapshots", s.auth(s.listSnapshots))
 	m.HandleFunc("POST /sandboxes/{id}/fork", s.auth(s.withID(s.fork)))
 	m.HandleFunc("DELETE /templates/{id}", s.auth(s.deleteTemplate))
+	m.HandleFunc("PUT /sandboxes/{id}/network", s.auth(s.withID(s.updateNetwork)))
 	// Parts of the E2B API Moat does not implement yet answer 501 rather
 	// than a 404 the SDKs would read as "sandbox not found".
-	for _, p := range []string{"PUT /sandboxes/{id}/network",
-		"GET /sandboxes/{id}/logs",
+	for _, p := range []string{"GET /sandboxes/{id}/logs",
 		"GET /v2/sandboxes/{id}/logs", "GET /sandboxes/metrics"} {
 		m.HandleFunc(p, s.auth(notImplemented))
 	}

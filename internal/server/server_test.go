@@ -317,7 +317,7 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 	h := newHarness(t)
 	h.do("GET", "/nope", "").errBody(t, 404)
 	h.do("PUT", "/v2/sandboxes", "").errBody(t, 405)
-	h.do("PUT", "/sandboxes/iabc/network", "{}").errBody(t, 501)
+	h.do("PUT", "/sandboxes/iabc/network", "{}").errBody(t, 404)
 	h.do("GET", "/sandboxes/metrics", "").errBody(t, 501)
 	h.doKey("PUT", "/sandboxes/iabc/network", "{}", "").errBody(t, 401)
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/moatsh/moat/internal/envd/state"
@@ -11,9 +12,14 @@ import (
 // clientID is E2B's deprecated but required constant.
 const clientID = "6532622b"
 
-// newSandbox is NewSandbox / NewSandboxV2. Fields Moat does not implement
-// yet (network, mcp, iam, volumeMounts, autoPauseMemory) are accepted and
-// ignored.
+// newSandbox is NewSandbox / NewSandboxV2 (what the JS and Python SDKs
+// send). Fields Moat does not implement that change security or storage
+// are refused with 400 naming them when set (mcp, iam, volumeMounts, and
+// in network: see networkJSON). Ignored because harmless: autoPauseMemory
+// (a pause always keeps memory, which loses nothing a filesystem-only
+// pause would keep) and fields this server does not know at the top level
+// (newer SDKs' additions; the network object, all of whose fields matter,
+// refuses unknown ones).
 type newSandbox struct {
 	TemplateID          *string           `json:"templateID"`
 	Timeout             *int32            `json:"timeout"`
@@ -23,6 +29,10 @@ type newSandbox struct {
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	Metadata            map[string]string `json:"metadata"`
 	EnvVars             map[string]string `json:"envVars"`
+	Network             json.RawMessage   `json:"network"`
+	MCP                 json.RawMessage   `json:"mcp"`
+	IAM                 json.RawMessage   `json:"iam"`
+	VolumeMounts        json.RawMessage   `json:"volumeMounts"`
 }
 
 type autoResumeJSON struct {
@@ -40,6 +50,7 @@ type refreshBody struct {
 type resumeBody struct {
 	Timeout   *int32 `json:"timeout"`
 	AutoPause *bool  `json:"autoPause"`
+	Memory    *bool  `json:"memory"` // false (cold boot from disk) is refused: E2B says never downgrade it
 }
 
 type pauseBody struct {
@@ -81,6 +92,7 @@ type detailJSON struct {
 	State               string            `json:"state"`
 	AllowInternetAccess *bool             `json:"allowInternetAccess"`
 	Lifecycle           *lifecycleJSON    `json:"lifecycle,omitempty"`
+	Network             *networkOut       `json:"network,omitempty"`
 }
 
 type listedJSON struct {
@@ -140,8 +152,12 @@ func apiState(st string) string {
 }
 
 func toSandbox(sb store.Sandbox) sandboxJSON {
-	return sandboxJSON{TemplateID: sb.TemplateID, SandboxID: sb.ID, Alias: sb.Alias, ClientID: clientID,
+	out := sandboxJSON{TemplateID: sb.TemplateID, SandboxID: sb.ID, Alias: sb.Alias, ClientID: clientID,
 		EnvdVersion: state.Version, EnvdAccessToken: sb.EnvdAccessToken}
+	if tok := sb.Network.TrafficAccessToken; tok != "" {
+		out.TrafficAccessToken = &tok
+	}
+	return out
 }
 
 func toDetail(sb store.Sandbox) detailJSON {
@@ -154,7 +170,8 @@ func toDetail(sb store.Sandbox) detailJSON {
 		StartedAt: sb.StartedAt.UTC(), EndAt: sb.EndAt.UTC(), EnvdVersion: state.Version,
 		EnvdAccessToken: sb.EnvdAccessToken, CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
 		DiskSizeMB: sb.DiskSizeMB, Metadata: nonNil(sb.Metadata), State: apiState(sb.State),
-		AllowInternetAccess: &inet, Lifecycle: &lifecycleJSON{OnTimeout: onTimeout, AutoResume: sb.AutoResume}}
+		AllowInternetAccess: &inet, Lifecycle: &lifecycleJSON{OnTimeout: onTimeout, AutoResume: sb.AutoResume},
+		Network: toNetworkOut(sb.Network)}
 }
 
 func toListed(sb store.Sandbox) listedJSON {

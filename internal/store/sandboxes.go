@@ -42,6 +42,24 @@ type Sandbox struct {
 	CPUCount        int
 	MemoryMB        int
 	DiskSizeMB      int
+	Network         Network // egress policy and proxy access, on top of AllowInternet
+}
+
+// Network is a sandbox's network policy in E2B's terms. AllowOut and
+// DenyOut hold canonical entries (netpolicy.ParseEgress); the zero value is
+// no policy.
+type Network struct {
+	AllowOut []string `json:"allowOut,omitempty"`
+	DenyOut  []string `json:"denyOut,omitempty"`
+	// TrafficAccessToken, when set, is required (header
+	// e2b-traffic-access-token) on proxied requests to the sandbox's ports
+	// other than envd's: the create asked allowPublicTraffic: false.
+	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
+}
+
+// IsZero reports whether n is no policy.
+func (n Network) IsZero() bool {
+	return len(n.AllowOut) == 0 && len(n.DenyOut) == 0 && n.TrafficAccessToken == ""
 }
 
 // Cursor is a position in a sandbox listing: the last item returned.
@@ -64,7 +82,7 @@ type SandboxFilter struct {
 
 const sandboxCols = `id, template_id, alias, state, runtime, addr, started_at, end_at, metadata,
 	env_vars, envd_access_token, secure, allow_internet, auto_pause, cpu_count, memory_mb, disk_size_mb,
-	auto_resume, timeout_s, team`
+	auto_resume, timeout_s, team, network`
 
 // InsertSandbox stores a new sandbox; errdefs.ErrAlreadyExists if the ID is
 // taken, errdefs.ErrInvalidArgument without a valid team.
@@ -76,11 +94,15 @@ func (d *DB) InsertSandbox(ctx context.Context, s Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", s.ID, err)
 	}
+	nw, err := marshalNetwork(s.Network)
+	if err != nil {
+		return fmt.Errorf("insert sandbox %s: %w", s.ID, err)
+	}
 	_, err = d.w.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.ID, s.TemplateID, s.Alias, s.State, s.Runtime, s.Addr, toUnix(s.StartedAt), toUnix(s.EndAt),
 		md, env, s.EnvdAccessToken, boolInt(s.Secure), boolInt(s.AllowInternet), boolInt(s.AutoPause),
-		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second), s.Team)
+		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second), s.Team, nw)
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") {
 			return fmt.Errorf("insert sandbox %s: %w", s.ID, errAlreadyExists)
@@ -97,13 +119,17 @@ func (d *DB) UpdateSandbox(ctx context.Context, s Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("update sandbox %s: %w", s.ID, err)
 	}
+	nw, err := marshalNetwork(s.Network)
+	if err != nil {
+		return fmt.Errorf("update sandbox %s: %w", s.ID, err)
+	}
 	res, err := d.w.ExecContext(ctx, `UPDATE sandboxes SET template_id=?, alias=?, state=?, runtime=?,
 		addr=?, started_at=?, end_at=?, metadata=?, env_vars=?, envd_access_token=?, secure=?,
 		allow_internet=?, auto_pause=?, cpu_count=?, memory_mb=?, disk_size_mb=?, auto_resume=?,
-		timeout_s=? WHERE id=?`,
+		timeout_s=?, network=? WHERE id=?`,
 		s.TemplateID, s.Alias, s.State, s.Runtime, s.Addr, toUnix(s.StartedAt), toUnix(s.EndAt),
 		md, env, s.EnvdAccessToken, boolInt(s.Secure), boolInt(s.AllowInternet), boolInt(s.AutoPause),
-		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second), s.ID)
+		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second), nw, s.ID)
 	if err != nil {
 		return fmt.Errorf("update sandbox %s: %w", s.ID, err)
 	}
@@ -223,6 +249,15 @@ func marshalMaps(s Sandbox) (md, env string, err error) {
 	return string(m), string(e), nil
 }
 
+// marshalNetwork stores no policy as "".
+func marshalNetwork(n Network) (string, error) {
+	if n.IsZero() {
+		return "", nil
+	}
+	b, err := json.Marshal(n)
+	return string(b), err
+}
+
 func nonNil(m map[string]string) map[string]string {
 	if m == nil {
 		return map[string]string{}
@@ -233,12 +268,12 @@ func nonNil(m map[string]string) map[string]string {
 func scanSandbox(sc scanner) (Sandbox, error) {
 	var s Sandbox
 	var started, end int64
-	var md, env string
+	var md, env, nw string
 	var secure, inet, autoPause, autoResume int
 	var timeoutS int64
 	err := sc.Scan(&s.ID, &s.TemplateID, &s.Alias, &s.State, &s.Runtime, &s.Addr, &started, &end, &md,
 		&env, &s.EnvdAccessToken, &secure, &inet, &autoPause, &s.CPUCount, &s.MemoryMB, &s.DiskSizeMB,
-		&autoResume, &timeoutS, &s.Team)
+		&autoResume, &timeoutS, &s.Team, &nw)
 	if err != nil {
 		return s, err
 	}
@@ -250,6 +285,11 @@ func scanSandbox(sc scanner) (Sandbox, error) {
 	}
 	if err := json.Unmarshal([]byte(env), &s.EnvVars); err != nil {
 		return s, fmt.Errorf("sandbox %s env: %w", s.ID, err)
+	}
+	if nw != "" {
+		if err := json.Unmarshal([]byte(nw), &s.Network); err != nil {
+			return s, fmt.Errorf("sandbox %s network: %w", s.ID, err)
+		}
 	}
 	return s, nil
 }

@@ -19,14 +19,16 @@ import (
 
 	"github.com/moatsh/moat/internal/envd/state"
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/store"
 )
 
 var (
-	_ runtime.Runtime     = (*Runtime)(nil)
-	_ runtime.Snapshotter = (*Runtime)(nil)
+	_ runtime.Runtime           = (*Runtime)(nil)
+	_ runtime.Snapshotter       = (*Runtime)(nil)
+	_ orchestrator.EgressSetter = (*Runtime)(nil)
 )
 
 // Runtime is a fake backend: sandboxes are map entries whose "envd" is one
@@ -42,6 +44,8 @@ type Runtime struct {
 	ResumeF func(id string) (ran bool, err error)
 	// RecoverErr is returned by Recover together with its handles.
 	RecoverErr error
+	// EgressF fails SetEgress when it returns an error.
+	EgressF func(id string, e netpolicy.Egress) error
 
 	mu        sync.Mutex
 	sandbox   map[string]string // id → state ("running", "paused"); guarded by mu
@@ -54,6 +58,32 @@ type Runtime struct {
 	initCode  int
 	disk      [2]uint64 // used, total served by /metrics; zero: 404
 	diskToken string    // X-Access-Token of the last /metrics call
+	egress    map[string]netpolicy.Egress
+	egressN   map[string]int
+}
+
+// SetEgress records the policy as netpolicy.Manager.SetEgress would apply it.
+func (r *Runtime) SetEgress(ctx context.Context, id string, e netpolicy.Egress) error {
+	if r.EgressF != nil {
+		if err := r.EgressF(id, e); err != nil {
+			return err
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.egress == nil {
+		r.egress, r.egressN = map[string]netpolicy.Egress{}, map[string]int{}
+	}
+	r.egress[id] = e
+	r.egressN[id]++
+	return nil
+}
+
+// Egress is the policy last set for id and how many times one was set.
+func (r *Runtime) Egress(id string) (netpolicy.Egress, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.egress[id], r.egressN[id]
 }
 
 // NewRuntime starts the envd stub; it is closed when the test ends.
@@ -186,6 +216,7 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 	defer r.mu.Unlock()
 	r.killed = append(r.killed, id)
 	delete(r.sandbox, id)
+	delete(r.egress, id)
 	return nil
 }
 

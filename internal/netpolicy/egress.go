@@ -1,0 +1,207 @@
+package netpolicy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/moatsh/moat/internal/errdefs"
+)
+
+// Egress is one sandbox's outbound policy on top of the fixed blocks (see
+// the package comment), in E2B's terms (SandboxNetworkConfig): Allow is
+// allowOut, Deny is denyOut, Internet is allow_internet_access. The forward
+// chain checks, in order: the always-blocked destinations (never opened by
+// Allow), Allow (accept), Deny (drop), then Internet (accept, else drop).
+// So Allow wins over Deny, Deny 0.0.0.0/0 is "deny all but Allow", and
+// Internet false behaves like Deny 0.0.0.0/0, as E2B documents it.
+//
+// IPv6 prefixes are kept (validated and stored by callers) but change
+// nothing: no IPv6 packet from a sandbox is ever forwarded.
+type Egress struct {
+	Allow    []netip.Prefix
+	Deny     []netip.Prefix
+	Internet bool
+}
+
+// MaxEgressEntries bounds allowOut and denyOut each.
+const MaxEgressEntries = 1000
+
+// ErrDomainUnsupported marks an allowOut domain entry: valid for E2B, but
+// domain rules need a transparent proxy and resolver Moat does not have yet.
+// Errors carrying it are also errdefs.ErrInvalidArgument.
+var ErrDomainUnsupported = errors.New("domain rules are not supported yet")
+
+// Entry is one parsed allowOut/denyOut string: a prefix, or a domain name
+// (Wildcard: it was "*.<Domain>" and matches subdomains at any depth, not
+// the apex).
+type Entry struct {
+	Prefix   netip.Prefix
+	Domain   string
+	Wildcard bool
+}
+
+// IsDomain reports whether e names a domain rather than addresses.
+func (e Entry) IsDomain() bool { return e.Domain != "" }
+
+// String is the canonical form: a masked CIDR block (IPs as /32 or /128),
+// or the lowercase domain with its "*." if wildcard.
+func (e Entry) String() string {
+	switch {
+	case e.Wildcard:
+		return "*." + e.Domain
+	case e.Domain != "":
+		return e.Domain
+	default:
+		return e.Prefix.String()
+	}
+}
+
+// ParseEntry parses an allowOut/denyOut entry as E2B accepts them: a CIDR
+// block ("8.8.8.0/24"; host bits are cleared as net.ParseCIDR does), a bare
+// IP ("8.8.8.8"), or a domain name ("example.com", "*.example.com"). Errors
+// wrap errdefs.ErrInvalidArgument.
+func ParseEntry(s string) (Entry, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return Entry{}, fmt.Errorf("empty entry: %w", errdefs.ErrInvalidArgument)
+	}
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil || p.Addr().Zone() != "" {
+			return Entry{}, fmt.Errorf("%q is not a valid CIDR block: %w", s, errdefs.ErrInvalidArgument)
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		return Entry{Prefix: p.Masked()}, nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		if a.Zone() != "" {
+			return Entry{}, fmt.Errorf("%q: IP addresses with a zone are not allowed: %w", s, errdefs.ErrInvalidArgument)
+		}
+		a = a.Unmap()
+		return Entry{Prefix: netip.PrefixFrom(a, a.BitLen())}, nil
+	}
+	if host, port, ok := strings.Cut(s, ":"); ok && port != "" && !strings.Contains(port, ":") {
+		if _, err := ParseEntry(host); err == nil {
+			return Entry{}, fmt.Errorf("%q: port rules are not supported: %w", s, errdefs.ErrInvalidArgument)
+		}
+	}
+	d := strings.ToLower(strings.TrimSuffix(s, "."))
+	wild := false
+	if rest, ok := strings.CutPrefix(d, "*."); ok {
+		d, wild = rest, true
+	}
+	if !validDomain(d) {
+		return Entry{}, fmt.Errorf("%q is not an IP address, CIDR block or domain name: %w", s, errdefs.ErrInvalidArgument)
+	}
+	return Entry{Domain: d, Wildcard: wild}, nil
+}
+
+// validDomain checks RFC 1123 host name syntax: dot-separated labels of
+// 1-63 letters, digits and inner hyphens, 253 characters at most, and not
+// all digits in the last label (that would be a malformed IPv4 address).
+func validDomain(d string) bool {
+	if d == "" || len(d) > 253 {
+		return false
+	}
+	labels := strings.Split(d, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, c := range l {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	last := labels[len(labels)-1]
+	return strings.IndexFunc(last, func(c rune) bool { return c < '0' || c > '9' }) >= 0
+}
+
+// ParseEgress validates E2B's allowOut and denyOut lists and returns their
+// prefixes and their canonical strings (for storing and echoing back).
+// Domains in denyOut are refused as in E2B; domains in allowOut are
+// recognised but refused with ErrDomainUnsupported until Moat has a
+// transparent proxy. Every error names the list and the entry.
+func ParseEgress(allowOut, denyOut []string) (allow, deny []netip.Prefix, canonAllow, canonDeny []string, err error) {
+	for _, l := range []struct {
+		name    string
+		in      []string
+		out     *[]netip.Prefix
+		canon   *[]string
+		domains bool
+	}{{"allowOut", allowOut, &allow, &canonAllow, true}, {"denyOut", denyOut, &deny, &canonDeny, false}} {
+		if len(l.in) > MaxEgressEntries {
+			return nil, nil, nil, nil, fmt.Errorf("network.%s: at most %d entries: %w", l.name, MaxEgressEntries, errdefs.ErrInvalidArgument)
+		}
+		for _, s := range l.in {
+			e, perr := ParseEntry(s)
+			switch {
+			case perr != nil:
+				return nil, nil, nil, nil, fmt.Errorf("network.%s: invalid entry: %w", l.name, perr)
+			case e.IsDomain() && !l.domains:
+				return nil, nil, nil, nil, fmt.Errorf("network.%s: invalid entry %q: domain names are not supported for deny rules, only IP addresses and CIDR blocks: %w",
+					l.name, s, errdefs.ErrInvalidArgument)
+			case e.IsDomain():
+				return nil, nil, nil, nil, fmt.Errorf("network.%s: entry %q is a domain name: %w (use IP addresses or CIDR blocks): %w",
+					l.name, s, ErrDomainUnsupported, errdefs.ErrInvalidArgument)
+			}
+			if c := e.String(); !slices.Contains(*l.canon, c) {
+				*l.out = append(*l.out, e.Prefix)
+				*l.canon = append(*l.canon, c)
+			}
+		}
+	}
+	return allow, deny, canonAllow, canonDeny, nil
+}
+
+// ipv4Range is an inclusive range of IPv4 addresses.
+type ipv4Range struct{ from, to uint32 }
+
+func v4(a netip.Addr) uint32 {
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func v4Addr(v uint32) netip.Addr {
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// mergeV4 turns the IPv4 prefixes of ps into sorted, disjoint, non-adjacent
+// ranges: the elements of an interval set may not overlap. IPv6 prefixes
+// are dropped.
+func mergeV4(ps []netip.Prefix) []ipv4Range {
+	var rs []ipv4Range
+	for _, p := range ps {
+		if !p.Addr().Is4() {
+			continue
+		}
+		p = p.Masked()
+		from := v4(p.Addr())
+		to := from | uint32((uint64(1)<<(32-p.Bits()))-1)
+		rs = append(rs, ipv4Range{from, to})
+	}
+	slices.SortFunc(rs, func(a, b ipv4Range) int {
+		switch {
+		case a.from < b.from:
+			return -1
+		case a.from > b.from:
+			return 1
+		}
+		return 0
+	})
+	var out []ipv4Range
+	for _, r := range rs {
+		if n := len(out); n > 0 && (r.from <= out[n-1].to || out[n-1].to != ^uint32(0) && r.from == out[n-1].to+1) {
+			out[n-1].to = max(out[n-1].to, r.to)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}

@@ -1,0 +1,300 @@
+package netpolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+)
+
+// Per-sandbox egress rules (Egress) live in two interval sets of the inet
+// table keyed by (host ifname . IPv4 range): egressAllowSet and
+// egressDenySet. A sandbox's update is one nftables transaction that removes
+// the ranges it no longer has and adds the new ones, so a packet sees the
+// old policy or the new one, never a mix, and a connection whose
+// destination stays allowed is never interrupted. installTable keeps their
+// elements like those of the other sets.
+const (
+	egressAllowSet = "egress_allow"
+	egressDenySet  = "egress_deny"
+)
+
+var egressKeyType = nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIPAddr)
+
+func egressSetIn(t *nftables.Table, name string) *nftables.Set {
+	return &nftables.Set{Table: t, Name: name, KeyType: egressKeyType, Concatenation: true, Interval: true}
+}
+
+// addEgressSets adds both sets, holding keep[name], to c's batch.
+func addEgressSets(c *nftables.Conn, t *nftables.Table, keep map[string][]nftables.SetElement) (allow, deny *nftables.Set, err error) {
+	allow, deny = egressSetIn(t, egressAllowSet), egressSetIn(t, egressDenySet)
+	for _, s := range []*nftables.Set{allow, deny} {
+		if err := c.AddSet(s, keep[s.Name]); err != nil {
+			return nil, nil, fmt.Errorf("nftables: add set %s: %w", s.Name, err)
+		}
+	}
+	return allow, deny, nil
+}
+
+// inEgress matches when (input ifname . IPv4 destination) is in set.
+func inEgress(set *nftables.Set) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Payload{DestRegister: 2, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+	}
+}
+
+func egressElem(ifname string, r ipv4Range) nftables.SetElement {
+	return nftables.SetElement{Key: sandboxAddrKey(ifname, v4Addr(r.from)), KeyEnd: sandboxAddrKey(ifname, v4Addr(r.to))}
+}
+
+func elemKey(e nftables.SetElement) string { return string(e.Key) + "\x00" + string(e.KeyEnd) }
+
+// readEgress returns the elements of set name grouped by ifname; a missing
+// table or set yields none.
+func (m *Manager) readEgress(c *nftables.Conn, name string) (map[string][]nftables.SetElement, error) {
+	out := map[string][]nftables.SetElement{}
+	s, err := c.GetSetByName(m.table(), name)
+	if err != nil {
+		return out, nil
+	}
+	elems, err := c.GetSetElements(s)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: read set %s: %w", name, err)
+	}
+	n := len(ifnameKey(""))
+	for _, e := range elems {
+		if len(e.Key) != n+4 {
+			continue
+		}
+		ifname := string(trimNUL(e.Key[:n]))
+		out[ifname] = append(out[ifname], nftables.SetElement{Key: e.Key, KeyEnd: e.KeyEnd})
+	}
+	return out, nil
+}
+
+// keepEgress reads both sets' elements for a table reinstall.
+func (m *Manager) keepEgress(c *nftables.Conn) (map[string][]nftables.SetElement, error) {
+	keep := map[string][]nftables.SetElement{}
+	if _, err := c.ListTableOfFamily(m.o.table, nftables.TableFamilyINet); err != nil {
+		return keep, nil
+	}
+	for _, name := range []string{egressAllowSet, egressDenySet} {
+		byIf, err := m.readEgress(c, name)
+		if err != nil {
+			return nil, err
+		}
+		for _, es := range byIf {
+			keep[name] = append(keep[name], es...)
+		}
+	}
+	return keep, nil
+}
+
+// writeEgress replaces ifname's elements of both sets with allow and deny
+// (nil, nil: removes them) and sets its membership of the "allowed" set,
+// in one transaction. nftMu must be held.
+func (m *Manager) writeEgress(ifname string, allow, deny []ipv4Range, internet bool) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	changed := false
+	for _, l := range []struct {
+		name string
+		want []ipv4Range
+	}{{egressAllowSet, allow}, {egressDenySet, deny}} {
+		have, err := m.readEgress(c, l.name)
+		if err != nil {
+			return err
+		}
+		old := map[string]bool{}
+		for _, e := range have[ifname] {
+			old[elemKey(e)] = true
+		}
+		var add, del []nftables.SetElement
+		want := map[string]bool{}
+		for _, r := range l.want {
+			e := egressElem(ifname, r)
+			want[elemKey(e)] = true
+			if !old[elemKey(e)] {
+				add = append(add, e)
+			}
+		}
+		for _, e := range have[ifname] {
+			if !want[elemKey(e)] {
+				del = append(del, e)
+			}
+		}
+		s := egressSetIn(m.table(), l.name)
+		if len(del) > 0 {
+			if err := c.SetDeleteElements(s, del); err != nil {
+				return fmt.Errorf("nftables: %s: %w", l.name, err)
+			}
+			changed = true
+		}
+		if len(add) > 0 {
+			if err := c.SetAddElements(s, add); err != nil {
+				return fmt.Errorf("nftables: %s: %w", l.name, err)
+			}
+			changed = true
+		}
+	}
+	members, err := m.allowedIfs()
+	if err != nil {
+		return err
+	}
+	if members[ifname] != internet {
+		s := &nftables.Set{Table: m.table(), Name: allowedSet, KeyType: nftables.TypeIFName}
+		elems := []nftables.SetElement{{Key: ifnameKey(ifname)}}
+		if internet {
+			err = c.SetAddElements(s, elems)
+		} else {
+			err = c.SetDeleteElements(s, elems)
+		}
+		if err != nil {
+			return fmt.Errorf("nftables: %s: %w", allowedSet, err)
+		}
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: egress policy of %s: %w", ifname, err)
+	}
+	return nil
+}
+
+// SetEgress replaces sandbox id's egress policy. For a sandbox whose
+// network exists the change is applied at once, atomically; before Setup
+// it is remembered and Setup applies it (its Internet then overrides
+// Setup's allowInternet), so a sandbox never runs without its policy.
+// Teardown forgets it. Errors: ErrInvalidArgument (bad id), nftables
+// failures (the previous policy then stays in force).
+func (m *Manager) SetEgress(ctx context.Context, id string, e Egress) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	if err := m.ensureTable(); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	m.mu.Lock()
+	m.egress[id] = e
+	_, up := m.alloc.byID[id]
+	m.mu.Unlock()
+	if !up {
+		return nil
+	}
+	return m.applyEgress(ctx, id, e)
+}
+
+// applyEgress writes e for id's interface.
+func (m *Manager) applyEgress(ctx context.Context, id string, e Egress) error {
+	allow := mergeV4(e.Allow)
+	if e.Internet || len(allow) > 0 {
+		if err := m.enableForwarding(); err != nil {
+			return err
+		}
+	}
+	m.nftMu.Lock()
+	err := m.writeEgress(m.o.hostIf(id), allow, mergeV4(e.Deny), e.Internet)
+	m.nftMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	m.mu.Lock()
+	if _, ok := m.alloc.byID[id]; ok {
+		m.internet[id] = e.Internet
+	}
+	m.mu.Unlock()
+	m.log.DebugContext(ctx, "egress policy", "sandbox", id, "allow", e.Allow, "deny", e.Deny, "internet", e.Internet)
+	return nil
+}
+
+// clearEgress removes ifname's elements from both egress sets.
+func (m *Manager) clearEgress(ifname string) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	m.nftMu.Lock()
+	defer m.nftMu.Unlock()
+	n := 0
+	for _, name := range []string{egressAllowSet, egressDenySet} {
+		have, err := m.readEgress(c, name)
+		if err != nil {
+			return err
+		}
+		if len(have[ifname]) == 0 {
+			continue
+		}
+		if err := c.SetDeleteElements(egressSetIn(m.table(), name), have[ifname]); err != nil {
+			return fmt.Errorf("nftables: %s: %w", name, err)
+		}
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: clear egress policy of %s: %w", ifname, err)
+	}
+	return nil
+}
+
+// clearStaleEgress removes the egress elements of every ifname of m's scope
+// not in live.
+func (m *Manager) clearStaleEgress(live map[string]string) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	stale := map[string]bool{}
+	for _, name := range []string{egressAllowSet, egressDenySet} {
+		have, err := m.readEgress(c, name)
+		if err != nil {
+			return err
+		}
+		for ifname := range have {
+			if _, ok := live[ifname]; !ok && strings.HasPrefix(ifname, m.o.ifPrefix) {
+				stale[ifname] = true
+			}
+		}
+	}
+	var errs []error
+	for ifname := range stale {
+		errs = append(errs, m.clearEgress(ifname))
+	}
+	return errors.Join(errs...)
+}
+
+// egressRanges returns the IPv4 ranges enforced for id's interface now, as
+// prefixes' first and last addresses (for tests and diagnostics).
+func (m *Manager) egressRanges(id string) (allow, deny [][2]netip.Addr, err error) {
+	c, err := nftables.New()
+	if err != nil {
+		return nil, nil, err
+	}
+	n := len(ifnameKey(""))
+	for _, l := range []struct {
+		name string
+		out  *[][2]netip.Addr
+	}{{egressAllowSet, &allow}, {egressDenySet, &deny}} {
+		have, err := m.readEgress(c, l.name)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, e := range have[m.o.hostIf(id)] {
+			a, _ := netip.AddrFromSlice(e.Key[n:])
+			b, _ := netip.AddrFromSlice(e.KeyEnd[n:])
+			*l.out = append(*l.out, [2]netip.Addr{a, b})
+		}
+	}
+	return allow, deny, nil
+}

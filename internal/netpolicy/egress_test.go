@@ -1,0 +1,86 @@
+package netpolicy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/moatsh/moat/internal/errdefs"
+)
+
+func TestParseEntry(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		domain   bool
+		err      string
+	}{
+		{in: "8.8.8.8", want: "8.8.8.8/32"},
+		{in: "8.8.8.8/24", want: "8.8.8.0/24"},
+		{in: "0.0.0.0/0", want: "0.0.0.0/0"},
+		{in: "2001:db8::1", want: "2001:db8::1/128"},
+		{in: "2001:db8::/32", want: "2001:db8::/32"},
+		{in: "::ffff:1.2.3.4", want: "1.2.3.4/32"},
+		{in: "Example.COM", want: "example.com", domain: true},
+		{in: "*.example.com", want: "*.example.com", domain: true},
+		{in: "localhost", want: "localhost", domain: true},
+		{in: "", err: "empty"},
+		{in: "1.2.3.4/33", err: "not a valid CIDR"},
+		{in: "300.1.1.1", err: "not an IP address"},
+		{in: "1.2.3", err: "not an IP address"},
+		{in: "*", err: "not an IP address"},
+		{in: "*.*.example.com", err: "not an IP address"},
+		{in: "a*.example.com", err: "not an IP address"},
+		{in: "-a.example.com", err: "not an IP address"},
+		{in: "exa mple.com", err: "not an IP address"},
+		{in: "1.2.3.4:443", err: "port rules are not supported"},
+		{in: "example.com:443", err: "port rules are not supported"},
+		{in: "fe80::1%eth0", err: "zone"},
+	} {
+		e, err := ParseEntry(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("ParseEntry(%q) = %v, %v; want error with %q", tc.in, e, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || e.String() != tc.want || e.IsDomain() != tc.domain {
+			t.Errorf("ParseEntry(%q) = %v (domain %v), %v; want %s", tc.in, e, e.IsDomain(), err, tc.want)
+		}
+	}
+}
+
+func TestParseEgress(t *testing.T) {
+	allow, deny, ca, cd, err := ParseEgress([]string{"1.2.3.4", "1.2.3.4/32", "10.0.0.0/8"}, []string{"0.0.0.0/0"})
+	if err != nil || len(allow) != 2 || len(deny) != 1 || strings.Join(ca, ",") != "1.2.3.4/32,10.0.0.0/8" || cd[0] != "0.0.0.0/0" {
+		t.Fatalf("%v %v %v %v %v", allow, deny, ca, cd, err)
+	}
+	_, _, _, _, err = ParseEgress([]string{"example.com"}, []string{"0.0.0.0/0"})
+	if !errors.Is(err, ErrDomainUnsupported) || !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `"example.com"`) {
+		t.Fatalf("domain in allowOut: %v", err)
+	}
+	_, _, _, _, err = ParseEgress(nil, []string{"example.com"})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "not supported for deny rules") {
+		t.Fatalf("domain in denyOut: %v", err)
+	}
+	_, _, _, _, err = ParseEgress(nil, []string{"1.2.3.0/40"})
+	if !strings.Contains(err.Error(), `network.denyOut`) || !strings.Contains(err.Error(), `"1.2.3.0/40"`) {
+		t.Fatalf("malformed: %v", err)
+	}
+}
+
+func TestMergeV4(t *testing.T) {
+	got := mergeV4(pfx("10.0.0.0/24", "10.0.0.128/25", "10.0.1.0/24", "10.0.3.0/24", "2001:db8::/32", "0.0.0.0/0"))
+	if len(got) != 1 || got[0] != (ipv4Range{0, ^uint32(0)}) {
+		t.Fatalf("with /0: %v", got)
+	}
+	got = mergeV4(pfx("10.0.3.0/24", "10.0.0.128/25", "10.0.0.0/24", "10.0.1.0/24", "255.255.255.255/32"))
+	want := []ipv4Range{{v4(v4Addr(0x0a000000)), 0x0a0001ff}, {0x0a000300, 0x0a0003ff}, {0xffffffff, 0xffffffff}}
+	if len(got) != len(want) {
+		t.Fatalf("%v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("%v, want %v", got, want)
+		}
+	}
+}

@@ -1,0 +1,189 @@
+// Per-sandbox egress policy (E2B's network.allowOut / denyOut and
+// updateNetwork) through the official SDK, against a simulated internet:
+// an uplink namespace on 198.18.50.0/24 (gateway .1, host .2) with two
+// "internet" hosts 198.19.60.1 and 198.19.60.2 behind it, addresses of
+// their own so this file never collides with hostnet.test.mjs. Probes use
+// TCP, UDP and ICMP echo. Everything stays inside namespaces this file
+// makes.
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { execFileSync, spawn } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+
+import { Sandbox } from 'e2b'
+
+import { useServer, createSandbox, run, sleep, template } from './harness.mjs'
+
+useServer()
+
+const NS = 'mtnp-uplink'
+const HOST_IF = 'mtnp0'
+const GW = '198.18.50.1'
+const HOST = '198.18.50.2'
+const NET1 = '198.19.60.1'
+const NET2 = '198.19.60.2'
+const PORT = 18090
+const UDP_PORT = 19990
+
+const ip = (...args) => execFileSync('ip', args, { stdio: ['ignore', 'pipe', 'pipe'] }).toString()
+const quiet = (...args) => { try { ip(...args) } catch {} }
+
+let servers = null
+let captureDir = ''
+
+function teardownUplink() {
+  servers?.kill('SIGKILL')
+  quiet('route', 'del', '198.19.60.0/24')
+  quiet('link', 'del', HOST_IF)
+  quiet('netns', 'del', NS)
+}
+
+// TCP on PORT answers "hello"; UDP on UDP_PORT logs each datagram.
+const listener = `
+import socket, threading, sys
+log = open(sys.argv[1], 'a', buffering=1)
+def tcp():
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(('0.0.0.0', ${PORT})); s.listen(64)
+    while True:
+        c, _ = s.accept(); c.sendall(b'hello'); c.close()
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('0.0.0.0', ${UDP_PORT}))
+    while True:
+        d, a = s.recvfrom(2048); log.write(d.decode(errors='replace') + '\\n')
+for fn in (tcp, udp):
+    threading.Thread(target=fn, daemon=True).start()
+print('ready', flush=True)
+threading.Event().wait()
+`
+
+before(async () => {
+  teardownUplink()
+  ip('netns', 'add', NS)
+  ip('link', 'add', HOST_IF, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', NS)
+  ip('addr', 'add', `${HOST}/24`, 'dev', HOST_IF)
+  ip('link', 'set', HOST_IF, 'up')
+  const inNs = (...a) => ip('netns', 'exec', NS, 'ip', ...a)
+  inNs('link', 'set', 'lo', 'up')
+  inNs('addr', 'add', `${GW}/24`, 'dev', 'eth0')
+  inNs('addr', 'add', `${NET1}/32`, 'dev', 'lo')
+  inNs('addr', 'add', `${NET2}/32`, 'dev', 'lo')
+  inNs('link', 'set', 'eth0', 'up')
+  ip('route', 'add', '198.19.60.0/24', 'via', GW)
+  captureDir = mkdtempSync(path.join(os.tmpdir(), 'moat-netpolicy-'))
+  servers = spawn('ip', ['netns', 'exec', NS, 'python3', '-c', listener, path.join(captureDir, 'udp.log')],
+    { stdio: ['ignore', 'pipe', 'inherit'] })
+  await new Promise((resolve, reject) => {
+    servers.stdout.once('data', resolve)
+    servers.once('exit', (c) => reject(new Error(`uplink listener exited ${c}`)))
+  })
+  await sleep(2000) // the server's host network watcher sees the uplink
+}, { timeout: 60_000 })
+
+after(() => {
+  teardownUplink()
+  if (captureDir) rmSync(captureDir, { recursive: true, force: true })
+})
+
+// probe prints, for one address, "tcp:ok|fail icmp:ok|fail" and sends a
+// tagged UDP datagram.
+const prober = `
+import socket, struct, sys, time
+host, tag = sys.argv[1], sys.argv[2]
+out = []
+try:
+    s = socket.create_connection((host, ${PORT}), timeout=2); out.append('tcp:' + ('ok' if s.recv(5) == b'hello' else 'bad'))
+except Exception:
+    out.append('tcp:fail')
+try:
+    i = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP); i.settimeout(2)
+    i.sendto(struct.pack('!BBHHH', 8, 0, 0xf7fe, 0, 1), (host, 0))
+    out.append('icmp:' + ('ok' if i.recv(64)[0] == 0 else 'bad'))
+except Exception:
+    out.append('icmp:fail')
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(3):
+    u.sendto(tag.encode(), (host, ${UDP_PORT}))
+print(' '.join(out))
+`
+
+let seq = 0
+// reach returns { tcp, icmp, udp } booleans for the sandbox → host.
+async function reach(sbx, host) {
+  const tag = `np${Date.now()}-${seq++}`
+  const r = await run(sbx, `python3 /tmp/probe.py ${host} ${tag}`, {}, 60_000)
+  assert.equal(r.exitCode, 0, `probe failed: ${r.stderr}`)
+  await sleep(500)
+  const udp = readFileSync(path.join(captureDir, 'udp.log'), 'utf8').split('\n').includes(tag)
+  return { tcp: r.stdout.includes('tcp:ok'), icmp: r.stdout.includes('icmp:ok'), udp }
+}
+
+const OPEN = { tcp: true, icmp: true, udp: true }
+const CLOSED = { tcp: false, icmp: false, udp: false }
+
+async function prepared(t, opts) {
+  const sbx = await createSandbox(t, opts)
+  await sbx.files.write('/tmp/probe.py', prober)
+  return sbx
+}
+
+// eventually retries a reach that must become true (first packets through a
+// fresh NAT path can be slow on a loaded host).
+async function reachEventually(sbx, host, want, ms = 5000) {
+  let got
+  for (const end = Date.now() + ms; ;) {
+    got = await reach(sbx, host)
+    if (JSON.stringify(got) === JSON.stringify(want) || Date.now() > end) return got
+    await sleep(200)
+  }
+}
+
+test('denyOut 0.0.0.0/0 blocks TCP, UDP and ICMP to the internet', { timeout: 300_000 }, async (t) => {
+  const sbx = await prepared(t, { allowInternetAccess: true, network: { denyOut: ['0.0.0.0/0'] } })
+  assert.deepEqual(await reach(sbx, NET1), CLOSED)
+  assert.deepEqual(await reach(sbx, NET2), CLOSED)
+  const info = await Sandbox.getInfo(sbx.sandboxId)
+  assert.deepEqual(info.network?.denyOut, ['0.0.0.0/0'])
+})
+
+test('allowOut one /32 with deny-all reaches exactly it', { timeout: 300_000 }, async (t) => {
+  const sbx = await prepared(t, { network: { allowOut: [NET1], denyOut: ['0.0.0.0/0'] } })
+  assert.deepEqual(await reachEventually(sbx, NET1, OPEN), OPEN)
+  assert.deepEqual(await reach(sbx, NET2), CLOSED)
+  assert.deepEqual(await reach(sbx, GW), CLOSED, 'the uplink gateway (a host network) stays blocked')
+  const info = await Sandbox.getInfo(sbx.sandboxId)
+  assert.deepEqual(info.network?.allowOut, [`${NET1}/32`])
+})
+
+test('updateNetwork switches deny-all → allow → deny within a second', { timeout: 300_000 }, async (t) => {
+  const sbx = await prepared(t, { allowInternetAccess: true, network: { denyOut: ['0.0.0.0/0'] } })
+  assert.deepEqual(await reach(sbx, NET1), CLOSED)
+  let start = Date.now()
+  await sbx.updateNetwork({ allowOut: [NET1], denyOut: ['0.0.0.0/0'] })
+  assert.ok(Date.now() - start < 1000, `update took ${Date.now() - start} ms`)
+  assert.deepEqual(await reachEventually(sbx, NET1, OPEN, 1000), OPEN)
+  assert.deepEqual(await reach(sbx, NET2), CLOSED)
+  start = Date.now()
+  await sbx.updateNetwork({ denyOut: ['0.0.0.0/0'] })
+  assert.ok(Date.now() - start < 1000, `update took ${Date.now() - start} ms`)
+  assert.deepEqual(await reach(sbx, NET1), CLOSED)
+  const info = await Sandbox.getInfo(sbx.sandboxId)
+  assert.equal(info.network?.allowOut, undefined)
+  assert.deepEqual(info.network?.denyOut, ['0.0.0.0/0'])
+})
+
+test('a domain in allowOut is refused with a clear 400', { timeout: 120_000 }, async () => {
+  await assert.rejects(
+    Sandbox.create(template, { network: { allowOut: ['example.com'], denyOut: ['0.0.0.0/0'] } }),
+    (err) => /domain rules are not supported yet/.test(err.message) && /example\.com/.test(err.message),
+  )
+})
+
+test('a malformed CIDR is refused with 400 naming it', { timeout: 120_000 }, async () => {
+  await assert.rejects(
+    Sandbox.create(template, { network: { denyOut: ['198.19.60.0/33'] } }),
+    (err) => /198\.19\.60\.0\/33/.test(err.message) && /not a valid CIDR/.test(err.message),
+  )
+})
