@@ -189,7 +189,7 @@ test('packets with forged sources never leave the host', { timeout: 300_000 }, a
   assert.deepEqual(forged, [], `forged datagrams reached the uplink (sandbox said: ${r.stdout.trim()})`)
 })
 
-test('a forged ARP claim does not change the host\'s neighbour table', { timeout: 300_000 }, async (t) => {
+test('forged ARP and NDP claims do not change the host\'s neighbour tables', { timeout: 300_000 }, async (t) => {
   const victim = await createSandbox(t, { allowInternetAccess: true })
   const attacker = await createSandbox(t, { allowInternetAccess: true })
   // The victim's address as the host sees it: the source of its connection.
@@ -208,6 +208,21 @@ try:
         pkt = b'\\xff' * 6 + mac + b'\\x08\\x06' + struct.pack('!HHBBH', 1, 0x0800, 6, 4, 2) + mac + t + b'\\xff' * 6 + t
         for _ in range(5): s.send(pkt)
     print('arp sent')
+    # NDP: unsolicited neighbour advertisements (override) for the uplink's
+    # IPv6 addresses, to all nodes, with a correct ICMPv6 checksum.
+    def csum(b):
+        if len(b) % 2: b += b'\\0'
+        x = sum(struct.unpack('!%dH' % (len(b) // 2), b)); x = (x >> 16) + (x & 0xffff); x += x >> 16
+        return ~x & 0xffff
+    src = socket.inet_pton(socket.AF_INET6, 'fe80::5054:ff:fe00:99')
+    dst = socket.inet_pton(socket.AF_INET6, 'ff02::1')
+    for target in ('${GW6}', '2001:db8:1::2'):
+        body = struct.pack('!BBHI', 136, 0, 0, 0x20000000) + socket.inet_pton(socket.AF_INET6, target) + struct.pack('!BB', 2, 1) + mac
+        c = csum(src + dst + struct.pack('!I', len(body)) + b'\\0\\0\\0\\x3a' + body)
+        body = body[:2] + struct.pack('!H', c) + body[4:]
+        frame = b'\\x33\\x33\\x00\\x00\\x00\\x01' + mac + b'\\x86\\xdd' + struct.pack('!IHBB', 0x60000000, len(body), 58, 255) + src + dst + body
+        for _ in range(5): s.send(frame)
+    print('ndp sent')
 except OSError as e:
     print('arp refused', e.errno)
 `
@@ -221,6 +236,12 @@ except OSError as e:
     const entries = JSON.parse(ip('-j', 'neigh', 'show', 'to', addr) || '[]')
     for (const e of entries) {
       assert.ok(!mac || e.lladdr !== mac, `host neighbour ${addr} now at the attacker's ${mac} (${e.dev}); sandbox said ${r.stdout.trim()}`)
+    }
+  }
+  for (const addr of [GW6, '2001:db8:1::2']) {
+    const entries = JSON.parse(ip('-6', '-j', 'neigh', 'show', 'to', addr) || '[]')
+    for (const e of entries) {
+      assert.ok(!mac || e.lladdr !== mac, `host IPv6 neighbour ${addr} now at the attacker's ${mac} (${e.dev}); sandbox said ${r.stdout.trim()}`)
     }
   }
   // The victim still works.
