@@ -24,7 +24,7 @@ die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
 PACKAGES=(
   runc crun mmdebstrap debian-archive-keyring uidmap
   nftables iptables iproute2 busybox-static e2fsprogs
-  curl ca-certificates procps psmisc util-linux make git
+  curl ca-certificates openssl procps psmisc util-linux make git
   # microVM runtime: QEMU (TCG where KVM does not work) and Debian's cloud kernel
   qemu-system-x86 qemu-utils linux-image-cloud-amd64
   # code interpreter tests run real Jupyter kernels on the host

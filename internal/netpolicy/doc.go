@@ -50,10 +50,19 @@
 //	             reinstalls carry the current list
 //	postrouting: traffic from the subnet leaving through a non-sandbox
 //	             interface is masqueraded
+//	dnat:        (prerouting, dstnat priority; only with WithEgressProxy)
+//	             for ifnames in set "proxied" (sandboxes with allowOut
+//	             domains): udp/tcp 53 to any address is redirected to the
+//	             host's resolver, tcp 80/443 to addresses outside
+//	             "egress_allow" to the host's transparent proxy (package
+//	             egress); the input chain accepts those two ports from
+//	             "proxied" members only, and drops them from every other
+//	             non-loopback interface. Redirected packets never reach
+//	             forward: the proxy refuses Blocked destinations itself
 //
 // Counters: nft list counters table inet <table>; nft list counters table
 // arp <table>. SetEgress replaces one sandbox's policy elements and its
-// "allowed" membership in one transaction (old or new, never a mix; rules
+// "allowed" and "proxied" memberships in one transaction (old or new, never a mix; rules
 // are stateless, so a connection whose destination stays allowed goes on).
 // A veth's binding is added at Setup (before which its packets
 // are all dropped: fail closed), removed at Teardown, and rebuilt by Recover.

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/moatsh/moat/internal/errdefs"
 )
@@ -20,19 +21,72 @@ import (
 //
 // IPv6 prefixes are kept (validated and stored by callers) but change
 // nothing: no IPv6 packet from a sandbox is ever forwarded.
+//
+// Domains are allowOut's domain entries in canonical form ("x.example",
+// "*.example"); ParseEgress accepts them only with Deny 0.0.0.0/0, as E2B
+// does. A sandbox with Domains has its DNS and its TCP 80/443 to addresses
+// outside Allow redirected to the host's resolver and proxy (see
+// EgressProxy and package egress), which let through only the allowed names.
 type Egress struct {
 	Allow    []netip.Prefix
 	Deny     []netip.Prefix
 	Internet bool
+	Domains  []string
+}
+
+// EgressProxy is where a host's domain-rule enforcement listens: the
+// resolver on DNSPort (udp and tcp) and the transparent proxy on ProxyPort
+// (tcp), on all of the host's addresses (the redirect targets the veth's
+// host address). Rules is told a sandbox's address and allowOut domains
+// before its traffic is redirected (nil domains: forget it). UseBlocked,
+// if set, is handed the Manager's Blocked when New succeeds.
+type EgressProxy struct {
+	DNSPort    uint16
+	ProxyPort  uint16
+	Rules      func(sandbox netip.Addr, domains []string)
+	UseBlocked func(blocked func(netip.Addr) bool)
+}
+
+// WithEgressProxy enables domain rules: without it SetEgress refuses an
+// Egress with Domains.
+func WithEgressProxy(p EgressProxy) Option {
+	return func(o *options) { o.proxy = &p }
+}
+
+var (
+	hostDefaultsMu sync.Mutex
+	hostDefaults   []Option
+)
+
+// SetHostDefaults sets options every later New applies before its own:
+// `moat serve` uses it to hand WithEgressProxy to the Manager a runtime
+// creates.
+func SetHostDefaults(opts ...Option) {
+	hostDefaultsMu.Lock()
+	defer hostDefaultsMu.Unlock()
+	hostDefaults = slices.Clone(opts)
+}
+
+func withHostDefaults(opts []Option) []Option {
+	hostDefaultsMu.Lock()
+	defer hostDefaultsMu.Unlock()
+	return append(slices.Clone(hostDefaults), opts...)
 }
 
 // MaxEgressEntries bounds allowOut and denyOut each.
 const MaxEgressEntries = 1000
 
-// ErrDomainUnsupported marks an allowOut domain entry: valid for E2B, but
-// domain rules need a transparent proxy and resolver Moat does not have yet.
-// Errors carrying it are also errdefs.ErrInvalidArgument.
-var ErrDomainUnsupported = errors.New("domain rules are not supported yet")
+// ErrDomainUnsupported marks domain rules a host cannot enforce (a Manager
+// without WithEgressProxy). Errors carrying it are also
+// errdefs.ErrInvalidArgument.
+var ErrDomainUnsupported = errors.New("domain rules are not supported on this host")
+
+// ErrDomainsRequireDenyAll is E2B's rule: allowOut domains are only
+// meaningful when denyOut blocks everything else.
+var ErrDomainsRequireDenyAll = errors.New("when specifying allowed domains in allowOut, you must include '0.0.0.0/0' (ALL_TRAFFIC) in denyOut to block all other traffic")
+
+// MaxEgressDomains bounds the domain entries of allowOut.
+const MaxEgressDomains = 100
 
 // Entry is one parsed allowOut/denyOut string: a prefix, or a domain name
 // (Wildcard: it was "*.<Domain>" and matches subdomains at any depth, not
@@ -124,10 +178,10 @@ func validDomain(d string) bool {
 }
 
 // ParseEgress validates E2B's allowOut and denyOut lists and returns their
-// prefixes and their canonical strings (for storing and echoing back).
-// Domains in denyOut are refused as in E2B; domains in allowOut are
-// recognised but refused with ErrDomainUnsupported until Moat has a
-// transparent proxy. Every error names the list and the entry.
+// prefixes and their canonical strings (for storing and echoing back;
+// canonAllow includes the domain entries, see Domains). Domains in denyOut
+// are refused as in E2B; domains in allowOut require 0.0.0.0/0 in denyOut
+// (ErrDomainsRequireDenyAll). Every error names the list and the entry.
 func ParseEgress(allowOut, denyOut []string) (allow, deny []netip.Prefix, canonAllow, canonDeny []string, err error) {
 	for _, l := range []struct {
 		name    string
@@ -147,17 +201,35 @@ func ParseEgress(allowOut, denyOut []string) (allow, deny []netip.Prefix, canonA
 			case e.IsDomain() && !l.domains:
 				return nil, nil, nil, nil, fmt.Errorf("network.%s: invalid entry %q: domain names are not supported for deny rules, only IP addresses and CIDR blocks: %w",
 					l.name, s, errdefs.ErrInvalidArgument)
-			case e.IsDomain():
-				return nil, nil, nil, nil, fmt.Errorf("network.%s: entry %q is a domain name: %w (use IP addresses or CIDR blocks): %w",
-					l.name, s, ErrDomainUnsupported, errdefs.ErrInvalidArgument)
 			}
 			if c := e.String(); !slices.Contains(*l.canon, c) {
-				*l.out = append(*l.out, e.Prefix)
+				if !e.IsDomain() {
+					*l.out = append(*l.out, e.Prefix)
+				}
 				*l.canon = append(*l.canon, c)
 			}
 		}
 	}
+	if ds := Domains(canonAllow); len(ds) > 0 {
+		if len(ds) > MaxEgressDomains {
+			return nil, nil, nil, nil, fmt.Errorf("network.allowOut: at most %d domain names: %w", MaxEgressDomains, errdefs.ErrInvalidArgument)
+		}
+		if !slices.Contains(canonDeny, "0.0.0.0/0") {
+			return nil, nil, nil, nil, fmt.Errorf("network.allowOut: %w: %w", ErrDomainsRequireDenyAll, errdefs.ErrInvalidArgument)
+		}
+	}
 	return allow, deny, canonAllow, canonDeny, nil
+}
+
+// Domains returns the domain entries of canonical allowOut strings.
+func Domains(canonAllow []string) []string {
+	var ds []string
+	for _, s := range canonAllow {
+		if e, err := ParseEntry(s); err == nil && e.IsDomain() {
+			ds = append(ds, e.String())
+		}
+	}
+	return ds
 }
 
 // ipv4Range is an inclusive range of IPv4 addresses.

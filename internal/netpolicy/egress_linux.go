@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+
+	"github.com/moatsh/moat/internal/errdefs"
 )
 
 // Per-sandbox egress rules (Egress) live in two interval sets of the inet
@@ -97,14 +99,17 @@ func (m *Manager) keepEgress(c *nftables.Conn) (map[string][]nftables.SetElement
 }
 
 // writeEgress replaces ifname's elements of both sets with allow and deny
-// (nil, nil: removes them) and sets its membership of the "allowed" set,
-// in one transaction. nftMu must be held.
-func (m *Manager) writeEgress(ifname string, allow, deny []ipv4Range, internet bool) error {
+// (nil, nil: removes them) and sets its membership of the "allowed" and
+// "proxied" sets, in one transaction. nftMu must be held.
+func (m *Manager) writeEgress(ifname string, allow, deny []ipv4Range, internet, proxied bool) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	changed := false
+	changed, err := m.writeProxied(c, ifname, proxied)
+	if err != nil {
+		return err
+	}
 	for _, l := range []struct {
 		name string
 		want []ipv4Range
@@ -194,7 +199,8 @@ func (m *Manager) SetEgress(ctx context.Context, id string, e Egress) error {
 	return m.applyEgress(ctx, id, e)
 }
 
-// applyEgress writes e for id's interface.
+// applyEgress writes e for id's interface. Domain rules reach the proxy
+// before the redirect starts, and leave it after the redirect stops.
 func (m *Manager) applyEgress(ctx context.Context, id string, e Egress) error {
 	allow := mergeV4(e.Allow)
 	if e.Internet || len(allow) > 0 {
@@ -202,11 +208,30 @@ func (m *Manager) applyEgress(ctx context.Context, id string, e Egress) error {
 			return err
 		}
 	}
+	proxied := len(e.Domains) > 0
+	m.mu.Lock()
+	slot, up := m.alloc.byID[id]
+	var addr netip.Addr
+	if up {
+		_, addr = m.alloc.addrs(slot)
+	}
+	m.mu.Unlock()
+	if proxied {
+		if m.o.proxy == nil {
+			return fmt.Errorf("sandbox %s: network.allowOut domains: %w: %w", id, ErrDomainUnsupported, errdefs.ErrInvalidArgument)
+		}
+		if up && m.o.proxy.Rules != nil {
+			m.o.proxy.Rules(addr, e.Domains)
+		}
+	}
 	m.nftMu.Lock()
-	err := m.writeEgress(m.o.hostIf(id), allow, mergeV4(e.Deny), e.Internet)
+	err := m.writeEgress(m.o.hostIf(id), allow, mergeV4(e.Deny), e.Internet, proxied)
 	m.nftMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	if !proxied && up && m.o.proxy != nil && m.o.proxy.Rules != nil {
+		m.o.proxy.Rules(addr, nil)
 	}
 	m.mu.Lock()
 	if _, ok := m.alloc.byID[id]; ok {
@@ -226,6 +251,11 @@ func (m *Manager) clearEgress(ifname string) error {
 	m.nftMu.Lock()
 	defer m.nftMu.Unlock()
 	n := 0
+	if ch, err := m.writeProxied(c, ifname, false); err != nil {
+		return err
+	} else if ch {
+		n++
+	}
 	for _, name := range []string{egressAllowSet, egressDenySet} {
 		have, err := m.readEgress(c, name)
 		if err != nil {

@@ -54,9 +54,17 @@ func TestParseEgress(t *testing.T) {
 	if err != nil || len(allow) != 2 || len(deny) != 1 || strings.Join(ca, ",") != "1.2.3.4/32,10.0.0.0/8" || cd[0] != "0.0.0.0/0" {
 		t.Fatalf("%v %v %v %v %v", allow, deny, ca, cd, err)
 	}
-	_, _, _, _, err = ParseEgress([]string{"example.com"}, []string{"0.0.0.0/0"})
-	if !errors.Is(err, ErrDomainUnsupported) || !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `"example.com"`) {
-		t.Fatalf("domain in allowOut: %v", err)
+	allow, _, ca, _, err = ParseEgress([]string{"Example.com.", "*.example.com", "1.2.3.4", "example.com"}, []string{"0.0.0.0/0"})
+	if err != nil || len(allow) != 1 || strings.Join(ca, ",") != "example.com,*.example.com,1.2.3.4/32" ||
+		strings.Join(Domains(ca), ",") != "example.com,*.example.com" {
+		t.Fatalf("domains in allowOut: %v %v %v", allow, ca, err)
+	}
+	// E2B: domains need denyOut 0.0.0.0/0; a narrower deny is refused.
+	for _, deny := range [][]string{nil, {"8.8.8.8"}, {"0.0.0.0/1", "128.0.0.0/1"}} {
+		_, _, _, _, err = ParseEgress([]string{"example.com"}, deny)
+		if !errors.Is(err, ErrDomainsRequireDenyAll) || !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Fatalf("domain without deny-all %v: %v", deny, err)
+		}
 	}
 	_, _, _, _, err = ParseEgress(nil, []string{"example.com"})
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "not supported for deny rules") {

@@ -55,7 +55,7 @@ func New(log *slog.Logger, opts ...Option) (*Manager, error) {
 		log = slog.Default()
 	}
 	o := defaultOptions()
-	for _, f := range opts {
+	for _, f := range withHostDefaults(opts) {
 		f(&o)
 	}
 	if len(o.ifPrefix) != 2 || !o.subnet.Addr().Is4() || o.subnet.Bits() > 30 {
@@ -76,6 +76,9 @@ func New(log *slog.Logger, opts ...Option) (*Manager, error) {
 		defer m.watching.Done()
 		m.watchHostNets(m.done)
 	}()
+	if o.proxy != nil && o.proxy.UseBlocked != nil {
+		o.proxy.UseBlocked(m.Blocked)
+	}
 	return m, nil
 }
 
@@ -213,6 +216,9 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 		return err
 	}
 	hostIf := m.o.hostIf(id)
+	m.mu.Lock()
+	slot, up := m.alloc.byID[id]
+	m.mu.Unlock()
 	err := errors.Join(
 		m.setAllowed(hostIf, false),
 		m.clearEgress(hostIf),
@@ -220,6 +226,12 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 		deleteLink(hostIf),
 		deleteNetns(m.o.netnsName(id)),
 	)
+	if up && m.o.proxy != nil && m.o.proxy.Rules != nil {
+		m.mu.Lock()
+		_, sb := m.alloc.addrs(slot)
+		m.mu.Unlock()
+		m.o.proxy.Rules(sb, nil) // before release: the slot may be reused at once
+	}
 	m.release(id)
 	if err != nil {
 		return fmt.Errorf("sandbox %s: network teardown: %w", id, err)

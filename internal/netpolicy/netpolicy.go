@@ -29,6 +29,7 @@ type options struct {
 	ifPrefix    string
 	subnet      netip.Prefix
 	deny        []netip.Prefix // operator's extra destinations closed to sandboxes
+	proxy       *EgressProxy   // domain rules enforcement; nil: domain rules refused
 }
 
 func defaultOptions() options {

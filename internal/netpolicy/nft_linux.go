@@ -59,6 +59,10 @@ func (m *Manager) installTable() error {
 	if err != nil {
 		return err
 	}
+	keepProxied, err := keepElements(c, m.table(), proxiedSet)
+	if err != nil {
+		return err
+	}
 	for _, old := range []*nftables.Table{m.table(), m.arpTable()} {
 		if _, err := c.ListTableOfFamily(old.Name, old.Family); err == nil {
 			c.DelTable(old)
@@ -79,7 +83,10 @@ func (m *Manager) installTable() error {
 	if err != nil {
 		return err
 	}
-	m.addFilterChains(c, t, set, addrs, egAllow, egDeny, hostnets)
+	input := m.addFilterChains(c, t, set, addrs, egAllow, egDeny, hostnets)
+	if _, err := m.addProxyRules(c, t, keepProxied, input, egAllow); err != nil {
+		return err
+	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: install table inet %s: %w", m.o.table, err)
 	}
@@ -107,8 +114,9 @@ func keepElements(c *nftables.Conn, t *nftables.Table, name string) ([]nftables.
 	return keep, nil
 }
 
-// addFilterChains adds the base chains of table t to c's batch.
-func (m *Manager) addFilterChains(c *nftables.Conn, t *nftables.Table, allowed, addrs, egAllow, egDeny *nftables.Set, hostnets *nftables.Chain) {
+// addFilterChains adds the base chains of table t to c's batch and returns
+// the input chain.
+func (m *Manager) addFilterChains(c *nftables.Conn, t *nftables.Table, allowed, addrs, egAllow, egDeny *nftables.Set, hostnets *nftables.Chain) *nftables.Chain {
 	accept := nftables.ChainPolicyAccept
 	input := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
@@ -145,6 +153,7 @@ func (m *Manager) addFilterChains(c *nftables.Conn, t *nftables.Table, allowed, 
 	add(forward, iif, verdict(expr.VerdictDrop))
 	// postrouting: masquerade what leaves the subnet for the outside.
 	add(post, saddrIn(m.o.subnet), m.ifMatch(expr.MetaKeyOIFNAME, expr.CmpOpNeq), []expr.Any{&expr.Masq{}})
+	return input
 }
 
 // addHostnetsRules adds one drop rule per prefix of deny to chain ch.

@@ -19,11 +19,11 @@ type EgressSetter interface {
 
 // egressOf is the policy the host enforces for sb.
 func egressOf(sb store.Sandbox) (netpolicy.Egress, error) {
-	allow, deny, _, _, err := netpolicy.ParseEgress(sb.Network.AllowOut, sb.Network.DenyOut)
+	allow, deny, canon, _, err := netpolicy.ParseEgress(sb.Network.AllowOut, sb.Network.DenyOut)
 	if err != nil {
 		return netpolicy.Egress{}, err
 	}
-	return netpolicy.Egress{Allow: allow, Deny: deny, Internet: sb.AllowInternet}, nil
+	return netpolicy.Egress{Allow: allow, Deny: deny, Internet: sb.AllowInternet, Domains: netpolicy.Domains(canon)}, nil
 }
 
 // CanonicalNetwork validates allowOut/denyOut and returns them in canonical

@@ -81,8 +81,19 @@ func TestNetworkPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantEgress(t, env, sb.ID, nil, prefixes("0.0.0.0/0"), false)
-	if _, err := env.Orch.UpdateNetwork(ctx, team, sb.ID, orchestrator.NetworkUpdate{AllowOut: []string{"*.example.com"}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := env.Orch.UpdateNetwork(ctx, team, sb.ID, orchestrator.NetworkUpdate{AllowOut: []string{"*.example.com"}}); !errors.Is(err, netpolicy.ErrDomainsRequireDenyAll) {
+		t.Fatalf("domain update without deny-all: %v", err)
+	}
+	if _, err := env.Orch.UpdateNetwork(ctx, team, sb.ID, orchestrator.NetworkUpdate{
+		AllowOut: []string{"*.Example.com", "api.example.com", "1.2.3.4"}, DenyOut: []string{"0.0.0.0/0"}}); err != nil {
 		t.Fatalf("domain update: %v", err)
+	}
+	if got, _ := env.Runtime.Egress(sb.ID); !slices.Equal(got.Domains, []string{"*.example.com", "api.example.com"}) ||
+		len(got.Allow) != 1 {
+		t.Fatalf("domain update reached the runtime as %+v", got)
+	}
+	if _, err := env.Orch.UpdateNetwork(ctx, team, sb.ID, orchestrator.NetworkUpdate{DenyOut: []string{"0.0.0.0/0"}}); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := env.Orch.UpdateNetwork(ctx, "other", sb.ID, orchestrator.NetworkUpdate{}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("other team's update: %v", err)

@@ -15,8 +15,8 @@ func TestCreateNetworkValidation(t *testing.T) {
 	}{
 		{"malformed CIDR", `{"network":{"denyOut":["10.0.0.0/33"]}}`, `network.denyOut: invalid entry: "10.0.0.0/33" is not a valid CIDR block`},
 		{"malformed entry", `{"network":{"allowOut":["1.2.3.4.5"]}}`, `"1.2.3.4.5" is not an IP address, CIDR block or domain name`},
-		{"domain in allowOut", `{"network":{"allowOut":["example.com"],"denyOut":["0.0.0.0/0"]}}`, `network.allowOut: entry "example.com" is a domain name: domain rules are not supported yet`},
-		{"wildcard domain", `{"network":{"allowOut":["*.example.com"]}}`, `domain rules are not supported yet`},
+		{"domain in allowOut without deny-all", `{"network":{"allowOut":["example.com"],"denyOut":["8.8.8.8"]}}`, `network.allowOut: when specifying allowed domains in allowOut, you must include '0.0.0.0/0'`},
+		{"wildcard domain without denyOut", `{"network":{"allowOut":["*.example.com"]}}`, `you must include '0.0.0.0/0' (ALL_TRAFFIC) in denyOut`},
 		{"domain in denyOut", `{"network":{"denyOut":["example.com"]}}`, `domain names are not supported for deny rules`},
 		{"port rule", `{"network":{"allowOut":["1.2.3.4:443"]}}`, `port rules are not supported`},
 		{"maskRequestHost", `{"network":{"maskRequestHost":"x.example.com"}}`, `network.maskRequestHost is not supported`},
@@ -102,7 +102,7 @@ func TestNetworkRoundTrip(t *testing.T) {
 		t.Fatalf("after update %+v %+v", d, d.Network)
 	}
 	for _, tc := range []struct{ body, want string }{
-		{`{"allowOut":["example.com"],"denyOut":["0.0.0.0/0"]}`, "domain rules are not supported yet"},
+		{`{"allowOut":["example.com"]}`, "you must include '0.0.0.0/0'"},
 		{`{"denyOut":["1.2.3.4/40"]}`, `"1.2.3.4/40"`},
 		{`{"egressProxy":{"address":"p:1"}}`, "egressProxy is not supported"},
 		{`{"rules":{"a.com":[{}]}}`, "rules is not supported"},

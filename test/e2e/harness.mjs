@@ -19,7 +19,7 @@
 // shared/reference/e2b-js-sdk-behaviour.md), so every awaited SDK call that
 // matters goes through within() and every test passes its own `timeout`.
 
-import { spawn, execFile } from 'node:child_process'
+import { spawn, execFile, execFileSync } from 'node:child_process'
 import { appendFileSync, existsSync, mkdirSync, readFileSync, readdirSync, statSync } from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
@@ -402,4 +402,53 @@ export function hostPrimaryIPv4() {
     }
   }
   return null
+}
+
+// ---------- a simulated uplink and internet in a network namespace ----------
+
+const ipCmd = (...args) => execFileSync('ip', args, { stdio: ['ignore', 'pipe', 'pipe'] }).toString()
+const ipQuiet = (...args) => { try { ipCmd(...args) } catch {} }
+
+// simulatedUplink builds, on this host, a network namespace `ns` linked to
+// the host by a veth (`hostIf` on the host, eth0 inside): the host gets
+// `host`/24 and the namespace `gw`/24 plus `neighbours`; `internet`
+// addresses live on the namespace's lo behind a host route `route` via the
+// gateway (never the default route). IPv6 likewise when `v6` is given
+// ({ host, gw, internet, route }). It then runs `python3 -c serverPy ...args`
+// inside the namespace and waits for its first line of output. Returns
+// { ip, teardown }; teardown is also safe to call before building.
+// Nothing here reaches beyond the namespace.
+export async function simulatedUplink({ ns, hostIf, host, gw, neighbours = [], internet = [], route, v6, serverPy, args = [] }) {
+  let servers = null
+  const teardown = () => {
+    servers?.kill('SIGKILL')
+    ipQuiet('route', 'del', route)
+    if (v6) ipQuiet('-6', 'route', 'del', v6.route)
+    ipQuiet('link', 'del', hostIf)
+    ipQuiet('netns', 'del', ns)
+  }
+  teardown()
+  ipCmd('netns', 'add', ns)
+  ipCmd('link', 'add', hostIf, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns)
+  ipCmd('addr', 'add', `${host}/24`, 'dev', hostIf)
+  if (v6) ipCmd('-6', 'addr', 'add', `${v6.host}/64`, 'dev', hostIf, 'nodad')
+  ipCmd('link', 'set', hostIf, 'up')
+  const inNs = (...a) => ipCmd('netns', 'exec', ns, 'ip', ...a)
+  inNs('link', 'set', 'lo', 'up')
+  for (const a of [gw, ...neighbours]) inNs('addr', 'add', `${a}/24`, 'dev', 'eth0')
+  for (const a of internet) inNs('addr', 'add', `${a}/32`, 'dev', 'lo')
+  if (v6) {
+    inNs('-6', 'addr', 'add', `${v6.gw}/64`, 'dev', 'eth0', 'nodad')
+    for (const a of v6.internet) inNs('-6', 'addr', 'add', `${a}/128`, 'dev', 'lo')
+  }
+  inNs('link', 'set', 'eth0', 'up')
+  ipCmd('route', 'add', route, 'via', gw)
+  if (v6) ipCmd('-6', 'route', 'add', v6.route, 'via', v6.gw)
+  servers = spawn('ip', ['netns', 'exec', ns, 'python3', '-c', serverPy, ...args], { stdio: ['ignore', 'pipe', 'inherit'] })
+  await new Promise((resolve, reject) => {
+    servers.stdout.once('data', resolve)
+    servers.once('exit', (c) => reject(new Error(`servers in ${ns} exited ${c}`)))
+  })
+  await sleep(2000) // the server's host network watcher sees the uplink
+  return { ip: ipCmd, teardown }
 }

@@ -10,12 +10,11 @@
 // address changes. Everything here stays inside namespaces this file makes.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { execFileSync, spawn } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 
-import { useServer, createSandbox, run, sleep } from './harness.mjs'
+import { useServer, createSandbox, run, sleep, simulatedUplink } from './harness.mjs'
 
 useServer()
 
@@ -29,19 +28,9 @@ const INTERNET6 = '2001:db8:2::1'
 const PORT = 18080
 const UDP_PORT = 19999
 
-const ip = (...args) => execFileSync('ip', args, { stdio: ['ignore', 'pipe', 'pipe'] }).toString()
-const quiet = (...args) => { try { ip(...args) } catch {} }
-
-let servers = null
+let uplink = null
 let captureDir = ''
-
-function teardownUplink() {
-  servers?.kill('SIGKILL')
-  quiet('route', 'del', '198.51.100.0/24')
-  quiet('-6', 'route', 'del', '2001:db8:2::/48')
-  quiet('link', 'del', HOST_IF)
-  quiet('netns', 'del', NS)
-}
+const ip = (...args) => uplink.ip(...args)
 
 // The listener in the uplink namespace: TCP on PORT on every address (it
 // answers "hello"), and a UDP receiver on UDP_PORT (IPv4 and IPv6) that
@@ -70,35 +59,16 @@ threading.Event().wait()
 `
 
 before(async () => {
-  teardownUplink()
-  ip('netns', 'add', NS)
-  ip('link', 'add', HOST_IF, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', NS)
-  ip('addr', 'add', `${HOST}/24`, 'dev', HOST_IF)
-  ip('-6', 'addr', 'add', '2001:db8:1::2/64', 'dev', HOST_IF, 'nodad')
-  ip('link', 'set', HOST_IF, 'up')
-  const inNs = (...a) => ip('netns', 'exec', NS, 'ip', ...a)
-  inNs('link', 'set', 'lo', 'up')
-  inNs('addr', 'add', `${GW}/24`, 'dev', 'eth0')
-  inNs('addr', 'add', '203.0.113.3/24', 'dev', 'eth0') // another neighbour
-  inNs('-6', 'addr', 'add', `${GW6}/64`, 'dev', 'eth0', 'nodad')
-  inNs('addr', 'add', `${INTERNET}/32`, 'dev', 'lo')
-  inNs('-6', 'addr', 'add', `${INTERNET6}/128`, 'dev', 'lo')
-  inNs('link', 'set', 'eth0', 'up')
-  ip('route', 'add', '198.51.100.0/24', 'via', GW)
-  ip('-6', 'route', 'add', '2001:db8:2::/48', 'via', GW6)
   captureDir = mkdtempSync(path.join(os.tmpdir(), 'moat-hostnet-'))
-  servers = spawn('ip', ['netns', 'exec', NS, 'python3', '-c', listener, path.join(captureDir, 'udp.log')],
-    { stdio: ['ignore', 'pipe', 'inherit'] })
-  await new Promise((resolve, reject) => {
-    servers.stdout.once('data', resolve)
-    servers.once('exit', (c) => reject(new Error(`uplink listener exited ${c}`)))
+  uplink = await simulatedUplink({
+    ns: NS, hostIf: HOST_IF, host: HOST, gw: GW, neighbours: ['203.0.113.3'], internet: [INTERNET],
+    route: '198.51.100.0/24', v6: { host: '2001:db8:1::2', gw: GW6, internet: [INTERNET6], route: '2001:db8:2::/48' },
+    serverPy: listener, args: [path.join(captureDir, 'udp.log')],
   })
-  // Let the server's address watcher see the new network.
-  await sleep(2000)
 }, { timeout: 60_000 })
 
 after(() => {
-  teardownUplink()
+  uplink?.teardown()
   if (captureDir) rmSync(captureDir, { recursive: true, force: true })
 })
 

@@ -7,14 +7,13 @@
 // makes.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { execFileSync, spawn } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 
 import { Sandbox } from 'e2b'
 
-import { useServer, createSandbox, run, sleep, template } from './harness.mjs'
+import { useServer, createSandbox, run, sleep, template, simulatedUplink } from './harness.mjs'
 
 useServer()
 
@@ -27,18 +26,8 @@ const NET2 = '198.19.60.2'
 const PORT = 18090
 const UDP_PORT = 19990
 
-const ip = (...args) => execFileSync('ip', args, { stdio: ['ignore', 'pipe', 'pipe'] }).toString()
-const quiet = (...args) => { try { ip(...args) } catch {} }
-
-let servers = null
+let uplink = null
 let captureDir = ''
-
-function teardownUplink() {
-  servers?.kill('SIGKILL')
-  quiet('route', 'del', '198.19.60.0/24')
-  quiet('link', 'del', HOST_IF)
-  quiet('netns', 'del', NS)
-}
 
 // TCP on PORT answers "hello"; UDP on UDP_PORT logs each datagram.
 const listener = `
@@ -60,30 +49,15 @@ threading.Event().wait()
 `
 
 before(async () => {
-  teardownUplink()
-  ip('netns', 'add', NS)
-  ip('link', 'add', HOST_IF, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', NS)
-  ip('addr', 'add', `${HOST}/24`, 'dev', HOST_IF)
-  ip('link', 'set', HOST_IF, 'up')
-  const inNs = (...a) => ip('netns', 'exec', NS, 'ip', ...a)
-  inNs('link', 'set', 'lo', 'up')
-  inNs('addr', 'add', `${GW}/24`, 'dev', 'eth0')
-  inNs('addr', 'add', `${NET1}/32`, 'dev', 'lo')
-  inNs('addr', 'add', `${NET2}/32`, 'dev', 'lo')
-  inNs('link', 'set', 'eth0', 'up')
-  ip('route', 'add', '198.19.60.0/24', 'via', GW)
   captureDir = mkdtempSync(path.join(os.tmpdir(), 'moat-netpolicy-'))
-  servers = spawn('ip', ['netns', 'exec', NS, 'python3', '-c', listener, path.join(captureDir, 'udp.log')],
-    { stdio: ['ignore', 'pipe', 'inherit'] })
-  await new Promise((resolve, reject) => {
-    servers.stdout.once('data', resolve)
-    servers.once('exit', (c) => reject(new Error(`uplink listener exited ${c}`)))
+  uplink = await simulatedUplink({
+    ns: NS, hostIf: HOST_IF, host: HOST, gw: GW, internet: [NET1, NET2], route: '198.19.60.0/24',
+    serverPy: listener, args: [path.join(captureDir, 'udp.log')],
   })
-  await sleep(2000) // the server's host network watcher sees the uplink
 }, { timeout: 60_000 })
 
 after(() => {
-  teardownUplink()
+  uplink?.teardown()
   if (captureDir) rmSync(captureDir, { recursive: true, force: true })
 })
 

