@@ -97,9 +97,18 @@ func newTemplateListCmd() *cobra.Command {
 				return err
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tNAME\tBUILD\tCPU\tMEMORY\tDISK\tENVD\tUPDATED\tSPAWNS")
+			fmt.Fprintln(w, "ID\tNAME\tTEAM\tBUILD\tCPU\tMEMORY\tDISK\tENVD\tUPDATED\tSPAWNS")
 			for _, t := range ts {
-				fmt.Fprintf(w, "%s\t%s\t%.12s\t%d\t%dMB\t%dMB\t%s\t%s\t%d\n", t.ID, t.Name, t.BuildID,
+				// Templates built with the CLI are shared ("-"); those
+				// built over the API belong to the building team.
+				team, err := db.TemplateOwner(ctx, t.ID)
+				if err != nil {
+					return err
+				}
+				if team == "" {
+					team = "-"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%.12s\t%d\t%dMB\t%dMB\t%s\t%s\t%d\n", t.ID, t.Name, team, t.BuildID,
 					t.CPUCount, t.MemoryMB, t.DiskSizeMB, t.EnvdVersion,
 					t.UpdatedAt.Local().Format(time.DateTime), t.SpawnCount)
 			}

@@ -17,12 +17,14 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/admission"
+	"github.com/moatsh/moat/internal/build"
 	"github.com/moatsh/moat/internal/cloexec"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/proxy"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/server"
 	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/template"
 )
 
 // Config is `moat serve`'s configuration. DataDir is required.
@@ -47,6 +49,9 @@ type Config struct {
 
 	Stdout, Stderr io.Writer // default os.Stdout / os.Stderr
 	EnvdPort       int       // envd's port in sandboxes (default 49983; tests change it)
+	// EnvdPath is the envd binary installed into templates built over the
+	// API ("" = template.FindEnvd's search; without one, builds answer 503).
+	EnvdPath string
 }
 
 // Validate fills defaults and checks required fields.
@@ -111,6 +116,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	defer db.Close()
 
+	defer startEgress(log)()
 	rt, err := runtime.New(ctx, cfg.Runtime, runtime.Config{DataDir: cfg.DataDir, Logger: log})
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
@@ -133,7 +139,12 @@ func Serve(ctx context.Context, cfg Config) error {
 	defer stopReaper()
 	go orch.Run(runCtx)
 
-	api := server.New(server.Config{Store: db, Orch: orch, Logger: log})
+	builds, err := newBuilds(ctx, cfg, db, rt)
+	if err != nil {
+		return err
+	}
+	defer builds.Manager.Close()
+	api := server.New(server.Config{Store: db, Orch: orch, Logger: log, Builds: builds})
 	px := proxy.New(proxy.Config{Resolver: resolver{orch}, Domain: cfg.Domain, EnvdPort: cfg.EnvdPort, Logger: log})
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
@@ -170,6 +181,29 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	log.Info("moat stopped")
 	return nil
+}
+
+// newBuilds sets up E2B's template build API: builds run in this process
+// and write templates under cfg.DataDir.
+// RUN steps run in build sandboxes of the container runtime; with another
+// runtime they are refused.
+func newBuilds(ctx context.Context, cfg Config, db *store.DB, rt runtime.Runtime) (*server.BuildConfig, error) {
+	envd, err := template.FindEnvd(cfg.EnvdPath)
+	if err != nil {
+		cfg.Logger.Warn("template builds over the API are unavailable", "err", err)
+		envd = ""
+	}
+	bc := build.Config{DB: db, DataDir: cfg.DataDir, EnvdPath: envd, Logger: cfg.Logger}
+	if runner, err := build.NewSandboxRunner(rt, cfg.DataDir, cfg.EnvdPort, cfg.Logger); err != nil {
+		bc.NoRunner = err
+	} else {
+		bc.Runner = runner
+	}
+	m, err := build.New(ctx, bc)
+	if err != nil {
+		return nil, err
+	}
+	return &server.BuildConfig{Manager: m, DataDir: cfg.DataDir}, nil
 }
 
 func ensureAPIKey(ctx context.Context, db *store.DB, out io.Writer) error {

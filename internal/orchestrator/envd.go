@@ -33,12 +33,28 @@ func (o *Orchestrator) initEnvd(ctx context.Context, addr netip.Addr, sb store.S
 	if err := o.waitHealthy(ctx, sb.ID, addr); err != nil {
 		return err
 	}
+	// The template's build may have set env, workdir and user (E2B's
+	// ENV/WORKDIR/USER steps); the sandbox's own envVars win.
+	tc, err := o.db.TemplateConfigOf(ctx, sb.TemplateID)
+	if err != nil {
+		return err
+	}
+	user, workdir := "user", "/home/user"
+	if tc.User != "" {
+		user = tc.User
+		if tc.User == "root" {
+			workdir = "/root"
+		}
+	}
+	if tc.Workdir != "" {
+		workdir = tc.Workdir
+	}
 	now := time.Now().UTC()
 	in := state.Init{
-		EnvVars:        sb.EnvVars,
+		EnvVars:        mergeEnv(tc.Env, sb.EnvVars),
 		Timestamp:      &now,
-		DefaultUser:    "user",
-		DefaultWorkdir: "/home/user",
+		DefaultUser:    user,
+		DefaultWorkdir: workdir,
 		Internal: map[string]string{
 			"E2B_SANDBOX":     "true",
 			"E2B_SANDBOX_ID":  sb.ID,

@@ -215,6 +215,11 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 	if err := o.initEnvd(ctx, h.Addr, sb, current); err != nil {
 		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	}
+	if snap == nil { // a snapshot's processes already run
+		if err := o.startTemplateCmd(ctx, h.Addr, sb); err != nil {
+			return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+		}
+	}
 	sb.StartedAt = time.Now().UTC()
 	sb.EndAt = sb.StartedAt.Add(req.Timeout)
 	if err := o.db.InsertSandbox(ctx, sb); err != nil {
@@ -248,12 +253,13 @@ func (o *Orchestrator) createRuntime(ctx context.Context, team string, spec runt
 }
 
 // source resolves a create's template reference: a template ID or name
-// (templates are shared by every team), else an ID or name of one of team's
+// (CLI-built templates are shared by every team; API-built ones are their
+// team's, and another team's is not found), else an ID or name of one of team's
 // snapshots (snap is then set; tpl is its template, which may since have
 // been deleted: only its ID and name are filled). Another team's snapshot
 // is not found, exactly like an unknown reference.
 func (o *Orchestrator) source(ctx context.Context, team, ref string) (tpl store.Template, snap *store.Snapshot, err error) {
-	tpl, err = o.db.GetTemplate(ctx, ref)
+	tpl, err = o.db.GetTeamTemplate(ctx, team, ref) // shared, or built by team over the API
 	if err == nil {
 		if tpl.Runtime != "" && tpl.Runtime != o.rt.Name() {
 			o.log.Warn("template asks for another runtime; using the server's", "template", tpl.Name,

@@ -31,6 +31,8 @@ type Config struct {
 	Store  *store.DB
 	Orch   *orchestrator.Orchestrator
 	Logger *slog.Logger
+	// Builds enables the template build API; nil answers it with 501.
+	Builds *BuildConfig
 }
 
 // Server is an http.Handler for the REST API.
@@ -39,6 +41,8 @@ type Server struct {
 	orch *orchestrator.Orchestrator
 	log  *slog.Logger
 	mux  *http.ServeMux
+
+	builds *BuildConfig // nil: template builds are off
 }
 
 // New returns the REST handler.
@@ -46,7 +50,10 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{db: cfg.Store, orch: cfg.Orch, log: cfg.Logger, mux: http.NewServeMux()}
+	s := &Server{db: cfg.Store, orch: cfg.Orch, log: cfg.Logger, mux: http.NewServeMux(), builds: cfg.Builds}
+	if s.builds != nil {
+		s.builds.fill()
+	}
 	s.routes()
 	return s
 }
@@ -69,12 +76,13 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /sandboxes/{id}/connect", s.auth(s.withID(s.connectV1)))
 	m.HandleFunc("POST /v2/sandboxes/{id}/connect", s.auth(s.withID(s.connectV2)))
 	m.HandleFunc("GET /sandboxes/{id}/metrics", s.auth(s.withID(s.metrics)))
-	m.HandleFunc("GET /templates", s.auth(s.listTemplates))
-	m.HandleFunc("GET /v2/templates", s.auth(s.listTemplates))
+	m.HandleFunc("GET /templates", s.auth(s.listTeamTemplates))
+	m.HandleFunc("GET /v2/templates", s.auth(s.listTeamTemplates))
 	m.HandleFunc("POST /sandboxes/{id}/snapshots", s.auth(s.withID(s.createSnapshot)))
 	m.HandleFunc("GET /snapshots", s.auth(s.listSnapshots))
 	m.HandleFunc("POST /sandboxes/{id}/fork", s.auth(s.withID(s.fork)))
-	m.HandleFunc("DELETE /templates/{id}", s.auth(s.deleteTemplate))
+	m.HandleFunc("DELETE /templates/{id}", s.auth(s.deleteTeamTemplate))
+	s.buildRoutes()
 	m.HandleFunc("PUT /sandboxes/{id}/network", s.auth(s.withID(s.updateNetwork)))
 	// Parts of the E2B API Moat does not implement yet answer 501 rather
 	// than a 404 the SDKs would read as "sandbox not found".
@@ -100,6 +108,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			errhttp.Write(w, http.StatusInternalServerError, "internal server error")
 		}
 	}()
+	if s.serveUpload(w, r) { // streams past MaxBodyBytes; signed, no API key
+		return
+	}
 	h, pattern := s.mux.Handler(r)
 	if pattern == "" {
 		rec := httptest.NewRecorder()

@@ -43,7 +43,7 @@ func TestNetworkMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if v, err := d.SchemaVersion(ctx); err != nil || v != 4 {
+	if v, err := d.SchemaVersion(ctx); err != nil || v != 5 {
 		t.Fatalf("schema version = %d, %v", v, err)
 	}
 	old, err := d.GetSandbox(ctx, "iold")

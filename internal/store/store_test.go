@@ -33,7 +33,7 @@ func TestOpenMigratesOnceAndReopens(t *testing.T) {
 			t.Fatalf("open %d: %v", i, err)
 		}
 		v, err := d.SchemaVersion(ctx)
-		if err != nil || v != 4 {
+		if err != nil || v != 5 {
 			t.Fatalf("schema version = %d, %v", v, err)
 		}
 		d.Close()

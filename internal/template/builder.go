@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/envd/state"
+	"github.com/moatsh/moat/internal/oci"
 	"github.com/moatsh/moat/internal/store"
 )
 
@@ -31,6 +32,11 @@ type Options struct {
 	NoAptCache bool
 	// Mmdebstrap is the binary to run; "" means "mmdebstrap" on PATH.
 	Mmdebstrap string
+	// Prepare, when set, is called by BuildFromImage and BuildFromTemplate
+	// on the finished rootfs before it replaces the template's (on a cache
+	// hit, on the rootfs in place), with the image's config (nil for
+	// BuildFromTemplate); its error fails the build.
+	Prepare func(rootfs string, img *oci.Config) error
 }
 
 // Result describes a finished build.

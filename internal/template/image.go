@@ -163,6 +163,11 @@ func buildImageRootfs(ctx context.Context, name string, src ImageSource, img *oc
 		if res.Image.User, err = finalizeImage(res.Result.RootfsDir, opts.EnvdPath); err != nil {
 			return err
 		}
+		if opts.Prepare != nil {
+			if err := opts.Prepare(res.Result.RootfsDir, &img.Config); err != nil {
+				return err
+			}
+		}
 		if cur != envdSum {
 			res.Result.EnvdUpdated = true
 			res.Result.BuildID = newBuildID()
@@ -200,6 +205,11 @@ func buildImageRootfs(ctx context.Context, name string, src ImageSource, img *oc
 		st.Entries, st.Bytes>>20))
 	if res.Image.User, err = finalizeImage(target, opts.EnvdPath); err != nil {
 		return err
+	}
+	if opts.Prepare != nil {
+		if err := opts.Prepare(target, &img.Config); err != nil {
+			return err
+		}
 	}
 
 	if err := os.MkdirAll(lay.TemplateDir(name), 0o755); err != nil {

@@ -1,0 +1,243 @@
+package build
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/moatsh/moat/api/envd/process"
+	"github.com/moatsh/moat/api/envd/process/processconnect"
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/idmap"
+	"github.com/moatsh/moat/internal/runtime"
+)
+
+// SandboxRunner runs RUN steps in a sandbox of the container runtime: the
+// same user namespace, seccomp profile, cgroup limits and host-side
+// network policy as every sandbox (created through runtime.Runtime, with
+// internet access, never to the host or other sandboxes). The commands go
+// through envd's process API, as the SDKs' commands.run do. Afterwards
+// the sandbox is frozen and its writable layer (the overlay upper dir the
+// container runtime keeps at <DataDir>/sandboxes/<id>/disk/upper, owned
+// by the sandbox's host ID range) is written into the rootfs being built.
+type SandboxRunner struct {
+	rt       runtime.Runtime
+	dataDir  string
+	envdPort int
+	log      *slog.Logger
+	http     *http.Client
+
+	VCPUs     int // build sandbox size (defaults 2 vCPUs, 2048 MiB, 10 GiB disk)
+	MemoryMiB int
+	DiskMiB   int
+}
+
+// NewSandboxRunner returns a Runner over rt, which must be the container
+// runtime (errdefs.ErrNotImplemented otherwise: the vm runtime's disk is
+// not an overlay the host can read).
+func NewSandboxRunner(rt runtime.Runtime, dataDir string, envdPort int, log *slog.Logger) (*SandboxRunner, error) {
+	if rt == nil || rt.Name() != "container" {
+		name := "none"
+		if rt != nil {
+			name = rt.Name()
+		}
+		return nil, fmt.Errorf("RUN and COPY steps need the container runtime (this server runs %s): %w", name, errdefs.ErrNotImplemented)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if envdPort == 0 {
+		envdPort = 49983
+	}
+	return &SandboxRunner{rt: rt, dataDir: dataDir, envdPort: envdPort, log: log,
+		http:  &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+		VCPUs: 2, MemoryMiB: 2048, DiskMiB: 10240}, nil
+}
+
+// Run implements Runner.
+func (s *SandboxRunner) Run(ctx context.Context, rootfs string, execs []Exec, out func(e Exec, stream, line string)) (retErr error) {
+	id := "b" + randomLower(20)
+	spec := runtime.Spec{ID: id, TemplateID: "build", RootfsDir: rootfs, VCPUs: s.VCPUs, MemoryMiB: s.MemoryMiB,
+		DiskMiB: s.DiskMiB, Pids: 4096, AllowInternet: true, Hostname: "e2b"}
+	h, err := s.rt.Create(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("start build sandbox: %w", err)
+	}
+	defer func() {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := s.rt.Kill(kctx, id); err != nil {
+			retErr = errors.Join(retErr, fmt.Errorf("remove build sandbox: %w", err))
+		}
+	}()
+	base := "http://" + net.JoinHostPort(h.Addr.String(), strconv.Itoa(s.envdPort))
+	if err := s.waitEnvd(ctx, base); err != nil {
+		return err
+	}
+	shell := "/bin/bash"
+	if r, err := os.OpenRoot(rootfs); err == nil {
+		if _, err := r.Stat("bin/bash"); err != nil {
+			shell = "/bin/sh"
+		}
+		r.Close()
+	}
+	pc := processconnect.NewProcessClient(s.http, base, connect.WithProtoJSON())
+	for _, e := range execs {
+		code, err := s.exec(ctx, pc, shell, e, out)
+		if err != nil {
+			return fmt.Errorf("step %d (%s): %w", e.Index, e.Kind, err)
+		}
+		if code != 0 {
+			return &ExitError{Index: e.Index, Kind: e.Kind, Code: code}
+		}
+	}
+	// Freeze what the commands left running, then take their changes.
+	if err := s.rt.Pause(ctx, id); err != nil {
+		return fmt.Errorf("freeze build sandbox: %w", err)
+	}
+	dir := filepath.Join(s.dataDir, "sandboxes", id)
+	ids, err := idmap.Read(dir)
+	if err != nil {
+		return fmt.Errorf("build sandbox id range: %w", err)
+	}
+	upper := filepath.Join(dir, "disk", "upper")
+	if fi, err := os.Lstat(upper); err != nil || !fi.IsDir() {
+		return fmt.Errorf("build sandbox writable layer %s: not a directory (%v)", upper, err)
+	}
+	return applyUpper(upper, rootfs, idShift{host: ids.Host, size: idmap.Size}, func(rel string) {
+		s.log.Info("build: special file not copied into the template", "path", rel)
+	})
+}
+
+// waitEnvd waits until envd in the build sandbox answers /health.
+func (s *SandboxRunner) waitEnvd(ctx context.Context, base string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health", nil)
+		if res, err := s.http.Do(req); err == nil {
+			io.Copy(io.Discard, io.LimitReader(res.Body, 4096))
+			res.Body.Close()
+			if res.StatusCode == http.StatusNoContent {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("envd in the build sandbox did not answer: %w", errdefs.ErrUnavailable)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// exec runs one command and returns its exit code (-1 for a signal).
+func (s *SandboxRunner) exec(ctx context.Context, pc processconnect.ProcessClient, shell string, e Exec,
+	out func(e Exec, stream, line string)) (int, error) {
+	noStdin := false
+	cfg := &process.ProcessConfig{Cmd: shell, Args: []string{"-l", "-c", e.Cmd}, Envs: e.Env}
+	if shell == "/bin/sh" {
+		cfg.Args = []string{"-c", e.Cmd}
+	}
+	if e.Workdir != "" {
+		wd := e.Workdir
+		cfg.Cwd = &wd
+	}
+	req := connect.NewRequest(&process.StartRequest{Process: cfg, Stdin: &noStdin})
+	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(e.User+":")))
+	req.Header().Set("Keepalive-Ping-Interval", "50")
+	stream, err := pc.Start(ctx, req)
+	if err != nil {
+		return -1, err
+	}
+	defer stream.Close()
+	lines := map[string]*lineBuf{"stdout": {}, "stderr": {}}
+	emit := func(stream string, b []byte) {
+		lines[stream].add(b, func(l string) { out(e, stream, l) })
+	}
+	started := false
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		switch {
+		case ev.GetStart() != nil:
+			started = true
+		case ev.GetData() != nil:
+			d := ev.GetData()
+			if b := d.GetStdout(); b != nil {
+				emit("stdout", b)
+			} else if b := d.GetStderr(); b != nil {
+				emit("stderr", b)
+			}
+		case ev.GetEnd() != nil:
+			for name, l := range lines {
+				l.flush(func(s string) { out(e, name, s) })
+			}
+			if !started {
+				return -1, errors.New("the process ended before it started")
+			}
+			end := ev.GetEnd()
+			if end.GetExitCode() == 0 && end.GetError() != "" {
+				return -1, errors.New(end.GetError())
+			}
+			if !end.GetExited() {
+				return -1, nil
+			}
+			return int(end.GetExitCode()), nil
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return -1, err
+	}
+	return -1, errors.New("the process stream ended without an end event")
+}
+
+// lineBuf splits a byte stream into lines (long lines are cut).
+type lineBuf struct{ b []byte }
+
+const maxLine = 4096
+
+func (l *lineBuf) add(p []byte, line func(string)) {
+	l.b = append(l.b, p...)
+	for {
+		i := bytes.IndexByte(l.b, '\n')
+		if i < 0 {
+			if len(l.b) >= maxLine {
+				line(string(l.b[:maxLine]))
+				l.b = l.b[maxLine:]
+				continue
+			}
+			return
+		}
+		line(string(bytes.TrimRight(l.b[:i], "\r")))
+		l.b = l.b[i+1:]
+	}
+}
+
+func (l *lineBuf) flush(line func(string)) {
+	if len(l.b) > 0 {
+		line(string(l.b))
+		l.b = nil
+	}
+}
+
+func randomLower(n int) string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
+}
