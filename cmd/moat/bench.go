@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/moatsh/moat/internal/bench"
 	"github.com/moatsh/moat/internal/runtime/container"
+	"github.com/moatsh/moat/internal/runtime/vm"
 	"github.com/moatsh/moat/internal/template"
 )
 
@@ -19,12 +21,16 @@ func newBenchCmd() *cobra.Command {
 		tmpl     string
 		n        int
 		baseline bool
+		vmJail   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure create→first command (median, p99) against a bare runc/crun run",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if vmJail {
+				return benchJail(cmd, dataDir, tmpl, n)
+			}
 			cfg := bench.Config{Client: cf.client(), Template: tmpl, N: n}
 			if baseline {
 				cfg.RootfsDir = template.Layout{DataDir: dataDir}.RootfsDir(tmpl)
@@ -43,5 +49,28 @@ func newBenchCmd() *cobra.Command {
 	cmd.Flags().StringVar(&tmpl, "template", "base", "template to create sandboxes from")
 	cmd.Flags().IntVarP(&n, "count", "n", 20, "iterations")
 	cmd.Flags().BoolVar(&baseline, "baseline", true, "also time a bare OCI run of the template rootfs (needs root and --data-dir)")
+	cmd.Flags().BoolVar(&vmJail, "vm-jail", false,
+		"instead: microVM create→first command with QEMU jailed vs not jailed, in this process (needs root and --data-dir; no server)")
 	return cmd
+}
+
+// benchJail prints the QEMU jail's cost: medians of microVM create→first
+// command with and without the jail, alternating, and their ratio.
+func benchJail(cmd *cobra.Command, dataDir, tmpl string, n int) error {
+	jailed, unjailed, err := vm.CompareJail(cmd.Context(), vm.JailBench{DataDir: dataDir, TemplateID: tmpl,
+		RootfsDir: template.Layout{DataDir: dataDir}.RootfsDir(tmpl), N: n})
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	j := bench.Series{Name: "microVM create→first command, jailed", Samples: jailed}
+	u := bench.Series{Name: "microVM create→first command, not jailed", Samples: unjailed}
+	out := cmd.OutOrStdout()
+	for _, s := range []bench.Series{j, u} {
+		fmt.Fprintf(out, "%-44s n=%-3d median=%-10v p99=%v\n", s.Name, len(s.Samples),
+			s.Median().Round(time.Millisecond), s.Percentile(99).Round(time.Millisecond))
+	}
+	if m := u.Median(); m > 0 {
+		fmt.Fprintf(out, "ratio (median jailed / median not jailed) = %.2f\n", float64(j.Median())/float64(m))
+	}
+	return nil
 }

@@ -2,20 +2,13 @@ package vm
 
 import (
 	"bufio"
-	"context"
-	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/jail"
@@ -201,65 +194,4 @@ func checkJailView(t *testing.T, r *Runtime, h *runtime.Handle, ids idmap.Range,
 			t.Errorf("jail of %s opened %s: %q", h.ID, p, out)
 		}
 	}
-}
-
-// BenchmarkCreateJail compares Create → envd /health with and without the
-// jail (a second Runtime WithoutJail over the same data dir), alternating,
-// MOAT_BENCH_JAIL_ROUNDS times (default 5), and prints the medians and
-// their ratio: go test ./internal/runtime/vm/ -run '^$' -bench
-// BenchmarkCreateJail -benchtime=1x.
-func BenchmarkCreateJail(b *testing.B) {
-	jailBenchOnce.Do(func() { runJailBench(b) })
-}
-
-var jailBenchOnce sync.Once
-
-func runJailBench(b *testing.B) {
-	rounds := 5
-	if s := os.Getenv("MOAT_BENCH_JAIL_ROUNDS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			b.Fatalf("MOAT_BENCH_JAIL_ROUNDS: bad value %q", s)
-		}
-		rounds = n
-	}
-	r := testRuntime(b)
-	_ = create(b, r) // takes the snapshot
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	plain, err := New(context.Background(), runtime.Config{DataDir: filepath.Dir(r.dir), Logger: log},
-		WithAccel(r.o.accel), WithNetwork(r.net), WithInit(r.o.init), WithCgroupParent(r.o.cgroupParent),
-		WithDiskFree(r.o.diskFreeMiB), WithoutJail())
-	if err != nil {
-		b.Fatal(err)
-	}
-	var jailed, unjailed []time.Duration
-	for range rounds {
-		for _, rt := range []*Runtime{r, plain} {
-			t0 := time.Now()
-			h, err := rt.Create(context.Background(), testSpec(newID()))
-			if err != nil {
-				b.Fatal(err)
-			}
-			if rt == r {
-				jailed = append(jailed, time.Since(t0))
-			} else {
-				unjailed = append(unjailed, time.Since(t0))
-			}
-			_ = rt.Kill(context.Background(), h.ID)
-		}
-	}
-	j, u := median(jailed), median(unjailed)
-	b.ReportMetric(float64(j.Milliseconds()), "jailed-median-ms")
-	b.ReportMetric(float64(u.Milliseconds()), "unjailed-median-ms")
-	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + " ms" }
-	spread := func(ds []time.Duration) string {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		return ms(s[0]) + " – " + ms(s[len(s)-1])
-	}
-	fmt.Printf("create → envd /health, %d rounds each, alternating (accel %s)\n", len(jailed), r.o.accel)
-	fmt.Printf("%-9s | %-9s | %s\n", "", "median", "min – max")
-	fmt.Printf("%-9s | %9s | %s\n", "jailed", ms(j), spread(jailed))
-	fmt.Printf("%-9s | %9s | %s\n", "unjailed", ms(u), spread(unjailed))
-	fmt.Printf("jailed/unjailed: %.2f (jail cost %+d ms per create)\n", float64(j)/float64(u), (j - u).Milliseconds())
 }
