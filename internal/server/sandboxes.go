@@ -236,17 +236,4 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, id string) {
 	errhttp.WriteJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
-	ts, err := s.db.ListTemplates(r.Context())
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	out := make([]templateJSON, 0, len(ts))
-	for _, t := range ts {
-		out = append(out, toTemplate(t))
-	}
-	errhttp.WriteJSON(w, http.StatusOK, out)
-}
-
 func seconds(n int32) time.Duration { return time.Duration(n) * time.Second }

@@ -118,21 +118,8 @@ func (d *DB) GetBuild(ctx context.Context, team, templateID, buildID string) (Bu
 
 // ListBuilds returns the builds of a team's template, newest first.
 func (d *DB) ListBuilds(ctx context.Context, team, templateID string) ([]Build, error) {
-	rows, err := d.r.QueryContext(ctx, `SELECT `+buildCols+` FROM template_builds
+	return queryAll(ctx, d.r, "list builds", scanBuild, `SELECT `+buildCols+` FROM template_builds
 		WHERE template_id = ? AND team = ? ORDER BY created_at DESC`, templateID, team)
-	if err != nil {
-		return nil, fmt.Errorf("list builds: %w", err)
-	}
-	defer rows.Close()
-	var out []Build
-	for rows.Next() {
-		b, err := scanBuild(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list builds: %w", err)
-		}
-		out = append(out, b)
-	}
-	return out, rows.Err()
 }
 
 // StartBuild moves a waiting build to building; a build that is not
@@ -263,21 +250,8 @@ func (d *DB) TeamOwnsTemplateID(ctx context.Context, team, templateID string) (b
 // ListTeamTemplates returns the templates team may use (shared ones and
 // its own), by name.
 func (d *DB) ListTeamTemplates(ctx context.Context, team string) ([]Template, error) {
-	rows, err := d.r.QueryContext(ctx, `SELECT `+templateCols+` FROM templates
+	return queryAll(ctx, d.r, "list templates", scanTemplate, `SELECT `+templateCols+` FROM templates
 		WHERE team = '' OR team = ? ORDER BY name`, team)
-	if err != nil {
-		return nil, fmt.Errorf("list templates: %w", err)
-	}
-	defer rows.Close()
-	var out []Template
-	for rows.Next() {
-		t, err := scanTemplate(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list templates: %w", err)
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
 }
 
 // TemplateConfigOf returns what template id's build set for its

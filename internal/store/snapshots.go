@@ -109,20 +109,7 @@ func (d *DB) ListSnapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, e
 	if f.Limit > 0 {
 		q += fmt.Sprintf(" LIMIT %d", f.Limit)
 	}
-	rows, err := d.r.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list snapshots: %w", err)
-	}
-	defer rows.Close()
-	var out []Snapshot
-	for rows.Next() {
-		s, err := scanSnapshot(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list snapshots: %w", err)
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, d.r, "list snapshots", scanSnapshot, q, args...)
 }
 
 // DeleteSnapshot removes the record; ErrNotFound when there is none.

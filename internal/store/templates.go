@@ -69,20 +69,7 @@ func (d *DB) GetTemplate(ctx context.Context, idOrName string) (Template, error)
 
 // ListTemplates returns every template, by name.
 func (d *DB) ListTemplates(ctx context.Context) ([]Template, error) {
-	rows, err := d.r.QueryContext(ctx, `SELECT `+templateCols+` FROM templates ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("list templates: %w", err)
-	}
-	defer rows.Close()
-	var out []Template
-	for rows.Next() {
-		t, err := scanTemplate(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list templates: %w", err)
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, d.r, "list templates", scanTemplate, `SELECT `+templateCols+` FROM templates ORDER BY name`)
 }
 
 // MarkTemplateSpawned counts one more sandbox started from template id.
@@ -96,6 +83,25 @@ func (d *DB) MarkTemplateSpawned(ctx context.Context, id string, at time.Time) e
 }
 
 type scanner interface{ Scan(dest ...any) error }
+
+// queryAll runs a read query and scans every row with scan; what names
+// the operation in errors.
+func queryAll[T any](ctx context.Context, db *sql.DB, what string, scan func(scanner) (T, error), q string, args ...any) ([]T, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
 
 func scanTemplate(s scanner) (Template, error) {
 	var t Template
