@@ -146,22 +146,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	defer builds.Manager.Close()
 	api := server.New(server.Config{Store: db, Orch: orch, Logger: log, Builds: builds})
 	px := proxy.New(proxy.Config{Resolver: resolver{orch}, Domain: cfg.Domain, EnvdPort: cfg.EnvdPort, Logger: log})
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if px.Match(r) {
-				px.ServeHTTP(w, r)
-				return
-			}
-			api.ServeHTTP(w, r)
-		}),
-		Protocols:         &protocols,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       5 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
+	srv := newHTTPServer(api, px, log)
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
@@ -217,6 +202,27 @@ func ensureAPIKey(ctx context.Context, db *store.DB, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "Created API key: %s\n", key)
 	return nil
+}
+
+// newHTTPServer serves sandbox traffic (what px matches) and the API on
+// one listener, HTTP/1.1 and h2c.
+func newHTTPServer(api http.Handler, px *proxy.Proxy, log *slog.Logger) *http.Server {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if px.Match(r) {
+				px.ServeHTTP(w, r)
+				return
+			}
+			api.ServeHTTP(w, r)
+		}),
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
 }
 
 // newOrchestrator builds the orchestrator with admission control: at most

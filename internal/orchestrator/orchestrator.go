@@ -148,16 +148,7 @@ func (o *Orchestrator) RuntimeName() string { return o.rt.Name() }
 // not have), ErrInvalidArgument (team, timeout, envVars, limits),
 // ErrUnavailable (envd never became ready), or the runtime's error.
 func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.Sandbox, retErr error) {
-	if err := store.ValidateTeam(req.Team); err != nil {
-		return store.Sandbox{}, err
-	}
-	if err := o.checkTimeout(req.Timeout); err != nil {
-		return store.Sandbox{}, err
-	}
-	if err := checkEnvVars(req.EnvVars); err != nil {
-		return store.Sandbox{}, err
-	}
-	allowOut, denyOut, err := CanonicalNetwork(req.AllowOut, req.DenyOut)
+	allowOut, denyOut, err := o.checkCreate(req)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -233,6 +224,22 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 	o.mu.Unlock()
 	log.Info("sandbox created", "addr", sb.Addr, "runtime", o.rt.Name())
 	return sb, nil
+}
+
+// checkCreate validates what a create request carries besides its
+// template: team, timeout, envVars and the network lists (returned in
+// canonical form).
+func (o *Orchestrator) checkCreate(req CreateRequest) (allowOut, denyOut []string, err error) {
+	if err := store.ValidateTeam(req.Team); err != nil {
+		return nil, nil, err
+	}
+	if err := o.checkTimeout(req.Timeout); err != nil {
+		return nil, nil, err
+	}
+	if err := checkEnvVars(req.EnvVars); err != nil {
+		return nil, nil, err
+	}
+	return CanonicalNetwork(req.AllowOut, req.DenyOut)
 }
 
 // createRuntime asks the runtime for the sandbox; one from a snapshot holds
