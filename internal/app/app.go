@@ -170,8 +170,9 @@ func Serve(ctx context.Context, cfg Config) error {
 
 // newBuilds sets up E2B's template build API: builds run in this process
 // and write templates under cfg.DataDir.
-// RUN steps run in build sandboxes of the container runtime; with another
-// runtime they are refused.
+// RUN and COPY steps run in build sandboxes of the container runtime: rt
+// itself, or the one rt provides (runtime.BuildRuntimer, the microVM
+// backend); without one they are refused.
 func newBuilds(ctx context.Context, cfg Config, db *store.DB, rt runtime.Runtime) (*server.BuildConfig, error) {
 	envd, err := template.FindEnvd(cfg.EnvdPath)
 	if err != nil {
@@ -179,7 +180,14 @@ func newBuilds(ctx context.Context, cfg Config, db *store.DB, rt runtime.Runtime
 		envd = ""
 	}
 	bc := build.Config{DB: db, DataDir: cfg.DataDir, EnvdPath: envd, Logger: cfg.Logger}
-	if runner, err := build.NewSandboxRunner(rt, cfg.DataDir, cfg.EnvdPort, cfg.Logger); err != nil {
+	brt := rt
+	if b, ok := rt.(runtime.BuildRuntimer); ok {
+		if brt, err = b.BuildRuntime(ctx); err != nil {
+			cfg.Logger.Warn("RUN and COPY steps of template builds are unavailable", "err", err)
+			brt = nil
+		}
+	}
+	if runner, err := build.NewSandboxRunner(brt, cfg.DataDir, cfg.EnvdPort, cfg.Logger); err != nil {
 		bc.NoRunner = err
 	} else {
 		bc.Runner = runner

@@ -26,17 +26,13 @@ func (o *Orchestrator) envdURL(addr netip.Addr) string {
 // returns only when envd has accepted the sandbox's settings, because the
 // SDKs call envd right after create returns. current is the token envd
 // already has ("" for a fresh one): after a resume the sandbox's own, in a
-// sandbox started from a snapshot the snapshot source's.
-func (o *Orchestrator) initEnvd(ctx context.Context, addr netip.Addr, sb store.Sandbox, current string) error {
+// sandbox started from a snapshot the snapshot source's. tc is the
+// template's build config (env, workdir, user); the sandbox's own
+// envVars win over its env.
+func (o *Orchestrator) initEnvd(ctx context.Context, addr netip.Addr, sb store.Sandbox, tc store.TemplateConfig, current string) error {
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.ReadyTimeout)
 	defer cancel()
 	if err := o.waitHealthy(ctx, sb.ID, addr); err != nil {
-		return err
-	}
-	// The template's build may have set env, workdir and user (E2B's
-	// ENV/WORKDIR/USER steps); the sandbox's own envVars win.
-	tc, err := o.db.TemplateConfigOf(ctx, sb.TemplateID)
-	if err != nil {
 		return err
 	}
 	user, workdir := "user", "/home/user"

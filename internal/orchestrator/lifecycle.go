@@ -127,7 +127,11 @@ func (o *Orchestrator) resumeLocked(ctx context.Context, e *entry, sb store.Sand
 		// envd's clock stood still while paused (a VM sets its clock from
 		// the RTC; /init refines it). envd keeps its settings in memory,
 		// so a failure here is not fatal.
-		if err := o.initEnvd(ctx, h.Addr, sb, sb.EnvdAccessToken); err != nil {
+		tc, err := o.db.TemplateConfigOf(ctx, sb.TemplateID)
+		if err == nil {
+			err = o.initEnvd(ctx, h.Addr, sb, tc, sb.EnvdAccessToken)
+		}
+		if err != nil {
 			o.log.Warn("re-init envd after resume", "sandboxID", sb.ID, "err", err)
 		}
 	}

@@ -166,17 +166,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 		spec.Snapshot, spec.VCPUs, spec.MemoryMiB, spec.DiskMiB = snap.ID, snap.CPUCount, snap.MemoryMB, snap.DiskSizeMB
 		envVars = mergeEnv(snap.EnvVars, req.EnvVars)
 	}
-	sb := store.Sandbox{ID: spec.ID, Team: req.Team, TemplateID: tpl.ID, Alias: tpl.Name, State: store.StateRunning,
-		Runtime: o.rt.Name(), Metadata: req.Metadata, EnvVars: envVars, Secure: req.Secure,
-		AllowInternet: req.AllowInternet, AutoPause: req.AutoPause, AutoResume: req.AutoResume && req.AutoPause,
-		Timeout: req.Timeout, CPUCount: spec.VCPUs, MemoryMB: spec.MemoryMiB, DiskSizeMB: spec.DiskMiB,
-		Network: store.Network{AllowOut: allowOut, DenyOut: denyOut}}
-	if req.Secure {
-		sb.EnvdAccessToken = randomHex(32)
-	}
-	if req.PrivateTraffic {
-		sb.Network.TrafficAccessToken = randomHex(32)
-	}
+	sb := o.newSandbox(req, tpl, spec, envVars, store.Network{AllowOut: allowOut, DenyOut: denyOut})
 	release, err := o.admit(ctx, "create", admission.Need{MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB})
 	if err != nil {
 		return store.Sandbox{}, err
@@ -198,16 +188,22 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 	if err := o.applyEgress(ctx, sb); err != nil {
 		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	}
+	// The template's build may have set env, workdir, user and a start
+	// command (E2B's ENV/WORKDIR/USER steps, setStartCmd).
+	tc, err := o.db.TemplateConfigOf(ctx, tpl.ID)
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
+	}
 	h, err := o.createRuntime(ctx, req.Team, spec)
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	}
 	sb.Addr = h.Addr.String()
-	if err := o.initEnvd(ctx, h.Addr, sb, current); err != nil {
+	if err := o.initEnvd(ctx, h.Addr, sb, tc, current); err != nil {
 		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	}
 	if snap == nil { // a snapshot's processes already run
-		if err := o.startTemplateCmd(ctx, h.Addr, sb); err != nil {
+		if err := o.startTemplateCmd(ctx, h.Addr, sb, tc, tpl.RootfsDir); err != nil {
 			return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 		}
 	}
@@ -224,6 +220,24 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 	o.mu.Unlock()
 	log.Info("sandbox created", "addr", sb.Addr, "runtime", o.rt.Name())
 	return sb, nil
+}
+
+// newSandbox is the store record of a sandbox about to be created, with
+// fresh access tokens where the request asks for them.
+func (o *Orchestrator) newSandbox(req CreateRequest, tpl store.Template, spec runtime.Spec, envVars map[string]string,
+	network store.Network) store.Sandbox {
+	sb := store.Sandbox{ID: spec.ID, Team: req.Team, TemplateID: tpl.ID, Alias: tpl.Name, State: store.StateRunning,
+		Runtime: o.rt.Name(), Metadata: req.Metadata, EnvVars: envVars, Secure: req.Secure,
+		AllowInternet: req.AllowInternet, AutoPause: req.AutoPause, AutoResume: req.AutoResume && req.AutoPause,
+		Timeout: req.Timeout, CPUCount: spec.VCPUs, MemoryMB: spec.MemoryMiB, DiskSizeMB: spec.DiskMiB,
+		Network: network}
+	if req.Secure {
+		sb.EnvdAccessToken = randomHex(32)
+	}
+	if req.PrivateTraffic {
+		sb.Network.TrafficAccessToken = randomHex(32)
+	}
+	return sb
 }
 
 // checkCreate validates what a create request carries besides its

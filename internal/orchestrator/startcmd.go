@@ -30,15 +30,15 @@ const readyInterval = time.Second
 // sandbox's env from /init) and then its ready command until one run
 // exits 0 (E2B's setStartCmd / setReadyCmd). Without either it returns at
 // once. The start command outlives this call: envd keeps processes whose
-// client went away.
-func (o *Orchestrator) startTemplateCmd(ctx context.Context, addr netip.Addr, sb store.Sandbox) error {
-	tc, err := o.db.TemplateConfigOf(ctx, sb.TemplateID)
-	if err != nil || (tc.StartCmd == "" && tc.ReadyCmd == "") {
-		return err
+// client went away. tc is the template's build config, rootfs its root
+// filesystem (to find a shell).
+func (o *Orchestrator) startTemplateCmd(ctx context.Context, addr netip.Addr, sb store.Sandbox, tc store.TemplateConfig, rootfs string) error {
+	if tc.StartCmd == "" && tc.ReadyCmd == "" {
+		return nil
 	}
 	shell, args := "/bin/bash", []string{"-l", "-c"}
-	if tpl, err := o.db.GetTemplate(ctx, sb.TemplateID); err == nil && tpl.RootfsDir != "" {
-		if _, err := os.Stat(filepath.Join(tpl.RootfsDir, "bin", "bash")); err != nil {
+	if rootfs != "" {
+		if _, err := os.Stat(filepath.Join(rootfs, "bin", "bash")); err != nil {
 			shell, args = "/bin/sh", []string{"-c"} // images without bash
 		}
 	}

@@ -66,6 +66,16 @@ type Snapshotter interface {
 	DeleteSnapshot(ctx context.Context, snapID string) error
 }
 
+// BuildRuntimer is implemented by backends whose own sandboxes cannot be
+// template build sandboxes (the build writes a sandbox's file changes
+// into a root filesystem tree, which needs a disk the host can read as a
+// directory, as the container backend's overlay upper dir is). It returns
+// the runtime build sandboxes run on instead, sharing the caller's host
+// state (network manager, ID space); the caller must not Close it.
+type BuildRuntimer interface {
+	BuildRuntime(ctx context.Context) (Runtime, error)
+}
+
 // Stats is a point-in-time resource reading.
 type Stats struct {
 	CPUUsageNs  uint64

@@ -1,0 +1,30 @@
+package vm
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/container"
+)
+
+var _ runtime.BuildRuntimer = (*Runtime)(nil)
+
+// BuildRuntime implements runtime.BuildRuntimer: template builds on a
+// microVM server run their RUN and COPY steps in container sandboxes
+// (crun/runc, the container backend's user namespace, seccomp profile,
+// cgroup limits and host-side network policy), sharing this runtime's
+// network manager and data directory, so addresses, nftables rules and
+// host ID ranges never collide. The built root filesystem then becomes a
+// microVM template like any other. Build sandboxes left by a crash are
+// not recovered by it (its Recover would tear down this runtime's
+// networks); the microVM runtime's own Recover removes their networks.
+func (r *Runtime) BuildRuntime(ctx context.Context) (runtime.Runtime, error) {
+	rt, err := container.New(ctx, runtime.Config{DataDir: filepath.Dir(r.dir), Logger: r.log.With("for", "template builds")},
+		container.WithNetwork(r.net))
+	if err != nil {
+		return nil, fmt.Errorf("vm runtime: build sandboxes: %w", err)
+	}
+	return rt, nil
+}
