@@ -1,7 +1,6 @@
 package files
 
 import (
-	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/klauspost/compress/flate"
+	"github.com/klauspost/compress/gzip"
 
 	"github.com/moatsh/moat/internal/envd/signature"
 	"github.com/moatsh/moat/internal/errdefs"
@@ -37,10 +39,14 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
-	enc, ok := chooseEncoding(r.Header.Get("Accept-Encoding"))
+	accept := r.Header.Get("Accept-Encoding")
+	enc, ok := chooseEncoding(accept)
 	if !ok {
 		WriteError(w, http.StatusNotAcceptable, "no acceptable content encoding")
 		return
+	}
+	if enc == "gzip" && identityAcceptable(accept) && !worthCompressing(f, fi.Size()) {
+		enc = "identity"
 	}
 	hdr := w.Header()
 	hdr.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": filepath.Base(p)}))
@@ -59,7 +65,11 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		return
 	}
-	zw := gzip.NewWriter(w)
+	zw, err := gzip.NewWriterLevel(w, gzip.BestSpeed)
+	if err != nil {
+		h.log.Warn("gzip download", "path", p, "err", err)
+		return
+	}
 	if _, err := io.CopyBuffer(zw, f, make([]byte, copyBuf)); err != nil {
 		h.log.Warn("gzip download interrupted", "path", p, "err", err)
 		return
@@ -67,6 +77,77 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 	if err := zw.Close(); err != nil {
 		h.log.Warn("gzip download interrupted", "path", p, "err", err)
 	}
+}
+
+// Compression must pay for itself: on the links sandboxes sit behind
+// (loopback, a virtio NIC) the compressor is the bottleneck, so files that
+// do not shrink go out as they are (the SDKs accept identity answers) and
+// the others at gzip's fastest level.
+const (
+	compressMinSize = 1 << 10  // below it gzip's framing costs more than it saves
+	sampleChunk     = 16 << 10 // each of the three samples (start, middle, end)
+	minSaving       = 0.10     // a sample is compressible when it shrinks by this much
+)
+
+// worthCompressing compresses three samples of f (start, middle, end) at
+// the fastest level and reports whether at least two of them shrank by
+// minSaving (so a compressible header alone does not decide).
+func worthCompressing(f io.ReaderAt, size int64) bool {
+	if size < compressMinSize {
+		return false
+	}
+	var out countingWriter
+	zw, err := flate.NewWriter(&out, flate.BestSpeed)
+	if err != nil {
+		return true
+	}
+	buf := make([]byte, sampleChunk)
+	shrank, samples := 0, 0
+	for _, off := range []int64{0, size/2 - sampleChunk/2, size - sampleChunk} {
+		n, err := f.ReadAt(buf, max(off, 0))
+		if n == 0 && err != nil {
+			break
+		}
+		out.n = 0
+		zw.Reset(&out)
+		zw.Write(buf[:n])
+		zw.Close()
+		samples++
+		if float64(out.n) <= float64(n)*(1-minSaving) {
+			shrank++
+		}
+	}
+	return samples > 0 && shrank*3 >= samples*2
+}
+
+type countingWriter struct{ n int }
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.n += len(p)
+	return len(p), nil
+}
+
+// identityAcceptable reports whether an Accept-Encoding header allows an
+// uncompressed answer (RFC 9110 12.5.3: unless identity or * has q=0).
+func identityAcceptable(accept string) bool {
+	star := true
+	for _, part := range strings.Split(accept, ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		name = strings.ToLower(strings.TrimSpace(name))
+		zero := false
+		if k, v, found := strings.Cut(strings.TrimSpace(params), "="); found && strings.TrimSpace(k) == "q" {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f == 0 {
+				zero = true
+			}
+		}
+		switch name {
+		case "identity":
+			return !zero
+		case "*":
+			star = !zero
+		}
+	}
+	return star
 }
 
 // openRegular opens p for reading; it must be an existing regular file.
