@@ -45,14 +45,18 @@ func nftCounter(t *testing.T, ns, family, table, name string) uint64 {
 // (counter "s<port>").
 func (u *uplink) captureUDP(t *testing.T, port int, src netip.Addr) {
 	t.Helper()
+	fam := "ip"
+	if src.Is6() {
+		fam = "ip6"
+	}
 	script := fmt.Sprintf(`table inet cap {
 	counter p%[1]d {}
 	counter s%[1]d {}
 	chain pre { type filter hook prerouting priority -400; }
 }
 add rule inet cap pre udp dport %[1]d counter name p%[1]d
-add rule inet cap pre udp dport %[1]d ip saddr %[2]s counter name s%[1]d
-`, port, src)
+add rule inet cap pre udp dport %[1]d %[3]s saddr %[2]s counter name s%[1]d
+`, port, src, fam)
 	cmd := exec.Command("ip", "netns", "exec", u.ns, "nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(script)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -122,8 +126,41 @@ func udp6(src, dst netip.Addr, port int) []byte {
 	binary.BigEndian.PutUint16(p[40:], 40000)
 	binary.BigEndian.PutUint16(p[42:], uint16(port))
 	binary.BigEndian.PutUint16(p[44:], 8)
-	binary.BigEndian.PutUint16(p[46:], 0xffff) // any checksum: the capture is before UDP
+	binary.BigEndian.PutUint16(p[46:], csum6(p[8:24], p[24:40], unix.IPPROTO_UDP, p[40:]))
 	return p
+}
+
+// csum6 is the ICMPv6/UDP checksum of body over IPv6's pseudo header.
+func csum6(src, dst []byte, next byte, body []byte) uint16 {
+	b := append(append(append([]byte{}, src...), dst...), 0, 0, byte(len(body)>>8), byte(len(body)), 0, 0, 0, next)
+	b = append(b, body...)
+	if len(b)%2 == 1 {
+		b = append(b, 0)
+	}
+	var sum uint32
+	for i := 0; i < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
+}
+
+// neighAdvert6 is an IPv6 unsolicited neighbour advertisement (override)
+// from src to all nodes claiming target for mac.
+func neighAdvert6(mac net.HardwareAddr, src, target netip.Addr) []byte {
+	body := []byte{136, 0, 0, 0, 0x20, 0, 0, 0}
+	t16 := target.As16()
+	body = append(append(append(body, t16[:]...), 2, 1), mac...)
+	s, d := src.As16(), netip.MustParseAddr("ff02::1").As16()
+	binary.BigEndian.PutUint16(body[2:], csum6(s[:], d[:], unix.IPPROTO_ICMPV6, body))
+	p := make([]byte, 40, 40+len(body))
+	p[0], p[6], p[7] = 0x60, unix.IPPROTO_ICMPV6, 255
+	binary.BigEndian.PutUint16(p[4:], uint16(len(body)))
+	copy(p[8:], s[:])
+	copy(p[24:], d[:])
+	return append(p, body...)
 }
 
 // arpPacket is an Ethernet/IPv4 ARP request from (mac, spa) for tpa.
@@ -198,25 +235,94 @@ func TestAntiSpoofing(t *testing.T) {
 		t.Errorf("counter %s did not count the forged packets (%d → %d)", counterSpoofed4, before, after)
 	}
 
-	t.Run("IPv6", func(t *testing.T) {
-		host, err := netlink.LinkByName(a.HostIf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		const port = 41100
-		u.captureUDP(t, port, masq)
-		for _, src := range []string{"2001:db8:71::99", "2001:db8:71::2", "fe80::1", "::"} {
-			sendFrame(t, a.NSPath, host.Attrs().HardwareAddr, unix.ETH_P_IPV6, func(net.HardwareAddr) []byte {
-				return udp6(netip.MustParseAddr(src), netip.MustParseAddr("2001:db8:72::1"), port)
-			})
-		}
-		time.Sleep(300 * time.Millisecond)
-		if got := nftCounter(t, u.ns, "inet", "cap", fmt.Sprintf("p%d", port)); got != 0 {
-			t.Errorf("%d IPv6 packets from a sandbox arrived upstream", got)
-		}
-	})
+	t.Run("IPv6", func(t *testing.T) { testIPv6Spoofing(t, m, u, a, b) })
+	t.Run("NDP", func(t *testing.T) { testNDPSpoofing(t, m, a, b) })
 
 	t.Run("ARP", func(t *testing.T) { testARPSpoofing(t, m, a, b) })
+}
+
+// testIPv6Spoofing: IPv6 from a's eth0 leaves the host (masqueraded to the
+// host's uplink address) only with a's own IPv6 address as its source.
+func testIPv6Spoofing(t *testing.T, m *Manager, u *uplink, a, b *Net) {
+	if !a.SandboxAddr6.IsValid() {
+		t.Skip("the host has no IPv6")
+	}
+	host, err := netlink.LinkByName(a.HostIf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inet6 := netip.MustParseAddr("2001:db8:72::1")
+	if err := dialEventually(u.addr(inet6.String())); err != nil { // the host itself reaches it
+		t.Fatal(err)
+	}
+	before := nftCounter(t, "", "inet", m.o.table, counterSpoofed6)
+	send := func(port int, src netip.Addr) uint64 {
+		u.captureUDP(t, port, uplinkHost6.Addr())
+		for i := 0; i < 3; i++ {
+			sendFrame(t, a.NSPath, host.Attrs().HardwareAddr, unix.ETH_P_IPV6, func(net.HardwareAddr) []byte {
+				return udp6(src, inet6, port)
+			})
+			time.Sleep(100 * time.Millisecond)
+		}
+		return nftCounter(t, u.ns, "inet", "cap", fmt.Sprintf("p%d", port))
+	}
+	forged := []netip.Addr{b.SandboxAddr6, a.HostAddr6, a.SandboxAddr6.Next(), netip.MustParseAddr("2001:db8:71::99"),
+		uplinkHost6.Addr(), netip.MustParseAddr("fe80::1"), netip.IPv6Unspecified()}
+	for i, src := range forged {
+		if got := send(41100+i, src); got != 0 {
+			t.Errorf("source %s: %d IPv6 packets from a sandbox arrived upstream", src, got)
+		}
+	}
+	if after := nftCounter(t, "", "inet", m.o.table, counterSpoofed6); after < before+uint64(len(forged)) {
+		t.Errorf("counter %s: %d → %d, want at least %d more", counterSpoofed6, before, after, len(forged))
+	}
+	// Control: the same frame from its own address arrives, masqueraded.
+	const port = 41150
+	var got uint64
+	for deadline := time.Now().Add(3 * time.Second); got == 0 && time.Now().Before(deadline); {
+		got = send(port, a.SandboxAddr6)
+	}
+	if got == 0 {
+		t.Fatalf("IPv6 from the sandbox's own address %s did not arrive", a.SandboxAddr6)
+	}
+	if s := nftCounter(t, u.ns, "inet", "cap", fmt.Sprintf("s%d", port)); s != got {
+		t.Errorf("own IPv6 arrived %d times, %d of them masqueraded to %s", got, s, uplinkHost6.Addr())
+	}
+}
+
+// testNDPSpoofing: neighbour advertisements from a's eth0 claiming other
+// addresses leave the host's IPv6 neighbour table as it was.
+func testNDPSpoofing(t *testing.T, m *Manager, a, b *Net) {
+	if !a.SandboxAddr6.IsValid() {
+		t.Skip("the host has no IPv6")
+	}
+	_ = dial(net.JoinHostPort(b.SandboxAddr6.String(), "1")) // an entry for b; refused is fine
+	neigh := func(ip netip.Addr) string {
+		list, _ := netlink.NeighList(0, netlink.FAMILY_V6)
+		out := ""
+		for _, n := range list {
+			if x, ok := netip.AddrFromSlice(n.IP); ok && x == ip && n.HardwareAddr != nil {
+				out += fmt.Sprintf("%d=%s ", n.LinkIndex, n.HardwareAddr)
+			}
+		}
+		return out
+	}
+	allNodes := net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}
+	before := nftCounter(t, "", "inet", m.o.table, counterSpoofed6)
+	claims := []netip.Addr{b.SandboxAddr6, a.HostAddr6, netip.MustParseAddr("2001:db8:71::1")}
+	for _, claim := range claims {
+		was := neigh(claim)
+		for _, src := range []netip.Addr{a.SandboxAddr6, netip.MustParseAddr("fe80::5054:ff:fe00:99")} {
+			sendFrame(t, a.NSPath, allNodes, unix.ETH_P_IPV6, func(mac net.HardwareAddr) []byte { return neighAdvert6(mac, src, claim) })
+		}
+		time.Sleep(100 * time.Millisecond)
+		if now := neigh(claim); now != was {
+			t.Errorf("neighbour entries for %s changed: %q → %q", claim, was, now)
+		}
+	}
+	if after := nftCounter(t, "", "inet", m.o.table, counterSpoofed6); after < before+uint64(2*len(claims)) {
+		t.Errorf("counter %s: %d → %d, want %d more", counterSpoofed6, before, after, 2*len(claims))
+	}
 }
 
 // testARPSpoofing: ARP requests and gratuitous ARP from a's eth0 claiming

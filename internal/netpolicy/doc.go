@@ -1,5 +1,6 @@
 // Package netpolicy gives each sandbox its own network: a named network
-// namespace, a veth pair to the host, a /30 address pair, and nftables rules
+// namespace, a veth pair to the host, a /30 address pair (and a /126 IPv6
+// pair when the host has IPv6), and nftables rules
 // that let the host reach the sandbox while the sandbox reaches neither the
 // host nor other sandboxes, and the internet only when allowed.
 //
@@ -8,37 +9,57 @@
 //
 //	netns       /run/netns/<netns prefix><id>       (default "moat-<id>")
 //	host veth   <if prefix><id[:12]>                (default "mh…"); peer "eth0" in the netns
-//	addresses   one /30 of the subnet (default 10.200.0.0/16): .1 host, .2 sandbox
+//	addresses   one /30 of the subnet (default 10.200.0.0/16): .1 host, .2 sandbox;
+//	            IPv6 (when the host has it): the same two addresses mapped
+//	            into a ULA prefix (default DefaultULA fd6d:6f61:7400::/48,
+//	            WithSubnet6) as its last 32 bits, a /126: 10.200.0.2 is
+//	            fd6d:6f61:7400::ac8:2, its gateway fd6d:6f61:7400::ac8:1;
+//	            no duplicate address detection, no router advertisements,
+//	            and no link-local address on the host side
 //	nftables    table inet <table> (default "moat") and table arp <table>,
 //	            shared by all sandboxes; set "allowed" holds the host-side
 //	            ifnames with internet access, set "sandbox_addrs" (in both
-//	            tables) maps each host-side ifname to its sandbox's address;
-//	            interval sets "egress_allow" and "egress_deny" hold each
-//	            sandbox's egress policy (Egress: E2B's allowOut/denyOut) as
-//	            (ifname . IPv4 range) elements
+//	            tables) maps each host-side ifname to its sandbox's address,
+//	            "sandbox_addrs6" to its IPv6 address; interval sets
+//	            "egress_allow" and "egress_deny" hold each sandbox's egress
+//	            policy (Egress: E2B's allowOut/denyOut) as (ifname . IPv4
+//	            range) elements, "egress_allow6" and "egress_deny6" as
+//	            (ifname . IPv6 range) elements
 //
 // The table's policy, for traffic from the sandboxes' host-side interfaces:
 //
 //	antispoof:   (prerouting, raw priority: before conntrack and routing)
 //	             IPv4 whose (ifname . source) is not in "sandbox_addrs" is
-//	             dropped and counted in counter "spoofed_ipv4"; any IPv6 is
+//	             dropped and counted in counter "spoofed_ipv4"; IPv6 passes
+//	             only from the address in "sandbox_addrs6" (a neighbour
+//	             advertisement only for that address as its target) or, for
+//	             a neighbour solicitation (hop limit 255), from a link-local
+//	             address; MLD reports are dropped uncounted; the rest is
 //	             dropped and counted in "spoofed_ipv6"
 //	arp input:   (table arp) ARP that is not Ethernet/IPv4 or whose
 //	             (ifname . sender IP) is not in "sandbox_addrs" is dropped
 //	             and counted in "spoofed_arp": a sandbox cannot plant host
 //	             neighbour entries for other addresses
-//	input:       established/related accepted, everything else dropped, so a
-//	             sandbox cannot open a connection to any host address
-//	             (127.0.0.1, its own gateway, other veths, the host's LAN IP)
+//	input:       established/related accepted, and neighbour solicitations
+//	             and advertisements (hop limit 255); everything else
+//	             dropped, so a sandbox cannot open a connection to any host
+//	             address (127.0.0.1, its own gateway, other veths, the
+//	             host's LAN IP, IPv4 or IPv6)
 //	forward:     sandbox→sandbox dropped; toward a sandbox, nothing but its
-//	             own address (per "sandbox_addrs"), and only replies;
-//	             sandbox→private, loopback, link-local (cloud metadata) and
-//	             multicast IPv4 ranges dropped; then chain "hostnets";
-//	             then (ifname . destination) in "egress_allow" accepted, in
-//	             "egress_deny" dropped (so allowOut wins over denyOut and
-//	             neither reopens what is blocked above);
-//	             sandbox→elsewhere accepted only for ifnames in "allowed";
-//	             all else from a sandbox (IPv6 included) dropped
+//	             own address (per "sandbox_addrs" and "sandbox_addrs6"), and
+//	             only replies; sandbox→private, loopback, link-local (cloud
+//	             metadata) and multicast IPv4 ranges and their IPv6
+//	             counterparts (blockedV6: ::/96, IPv4-mapped, NAT64, Teredo,
+//	             6to4, ULA fc00::/7, site- and link-local, multicast) and
+//	             the scope's own IPv6 range dropped; then chain "hostnets";
+//	             then (ifname . destination) in "egress_allow"/"egress_allow6"
+//	             accepted, in "egress_deny"/"egress_deny6" dropped (so
+//	             allowOut wins over denyOut and neither reopens what is
+//	             blocked above; a denyOut holding 0.0.0.0/0 also holds
+//	             ::/0); IPv6 from "proxied" members refused (ICMPv6
+//	             administratively prohibited; their DNS even to an allowed
+//	             address); sandbox→elsewhere accepted only for ifnames in
+//	             "allowed"; all else from a sandbox dropped
 //	hostnets:    (regular chain) drops, IPv4 and IPv6, every network the host
 //	             is directly connected to (the prefix of each address on a
 //	             non-sandbox interface), every gateway of its routes (all
@@ -48,8 +69,8 @@
 //	             recomputes it after address and route changes and replaces
 //	             its rules in one transaction (flush + refill); table
 //	             reinstalls carry the current list
-//	postrouting: traffic from the subnet leaving through a non-sandbox
-//	             interface is masqueraded
+//	postrouting: traffic from the subnet (and its IPv6 range: NAT66)
+//	             leaving through a non-sandbox interface is masqueraded
 //	dnat:        (prerouting, dstnat priority; only with WithEgressProxy)
 //	             for ifnames in set "proxied" (sandboxes with allowOut
 //	             domains): udp/tcp 53 to any address is redirected to the
@@ -67,9 +88,13 @@
 // A veth's binding is added at Setup (before which its packets
 // are all dropped: fail closed), removed at Teardown, and rebuilt by Recover.
 //
-// IPv6 is disabled on the host side of each veth and never forwarded.
-// net.ipv4.ip_forward is switched on the first time a sandbox with internet
-// access is set up and is never switched off again (other software on the host
-// may rely on it); the forward chain keeps sandboxes that are not allowed from
-// using it.
+// Without IPv6 on the host, IPv6 is disabled on the host side of each veth
+// and never forwarded. net.ipv4.ip_forward (and, with IPv6,
+// net.ipv6.conf.all.forwarding) is switched on the first time a sandbox
+// with internet access is set up and is never switched off again (other
+// software on the host may rely on it); the forward chain keeps sandboxes
+// that are not allowed from using it. A forwarding host ignores router
+// advertisements on interfaces with accept_ra 1, so before switching IPv6
+// forwarding on, every interface with accept_ra 1 that did not forward gets
+// accept_ra 2 (logged): the host keeps its IPv6 default route.
 package netpolicy

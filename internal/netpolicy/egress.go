@@ -19,14 +19,20 @@ import (
 // So Allow wins over Deny, Deny 0.0.0.0/0 is "deny all but Allow", and
 // Internet false behaves like Deny 0.0.0.0/0, as E2B documents it.
 //
-// IPv6 prefixes are kept (validated and stored by callers) but change
-// nothing: no IPv6 packet from a sandbox is ever forwarded.
+// IPv6: a Deny holding 0.0.0.0/0 (E2B's ALL_TRAFFIC) denies every IPv6
+// destination too, so "deny all" means both families and Internet false
+// closes IPv6 as well; IPv6 prefixes in Allow open exactly those
+// destinations, in Deny close them; IPv4 prefixes never affect IPv6.
 //
 // Domains are allowOut's domain entries in canonical form ("x.example",
 // "*.example"); ParseEgress accepts them only with Deny 0.0.0.0/0, as E2B
 // does. A sandbox with Domains has its DNS and its TCP 80/443 to addresses
 // outside Allow redirected to the host's resolver and proxy (see
 // EgressProxy and package egress), which let through only the allowed names.
+// The redirect and the proxy are IPv4 only: such a sandbox's IPv6 traffic
+// is refused at once (ICMPv6 administratively prohibited, so clients fall
+// back to IPv4 although the resolver passes AAAA answers on), except to
+// IPv6 prefixes in Allow, and its IPv6 DNS is refused even there.
 type Egress struct {
 	Allow    []netip.Prefix
 	Deny     []netip.Prefix
@@ -276,4 +282,59 @@ func mergeV4(ps []netip.Prefix) []ipv4Range {
 		out = append(out, r)
 	}
 	return out
+}
+
+// addrRange is an inclusive range of addresses of one family.
+type addrRange struct{ from, to netip.Addr }
+
+func v4Ranges(rs []ipv4Range) []addrRange {
+	out := make([]addrRange, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, addrRange{v4Addr(r.from), v4Addr(r.to)})
+	}
+	return out
+}
+
+// mergeV6 turns the IPv6 prefixes of ps into sorted, disjoint,
+// non-adjacent ranges, as mergeV4 does for IPv4. IPv4 prefixes are
+// dropped.
+func mergeV6(ps []netip.Prefix) []addrRange {
+	var rs []addrRange
+	for _, p := range ps {
+		if !p.Addr().Is6() || p.Addr().Is4In6() {
+			continue
+		}
+		p = p.Masked()
+		last := p.Addr().As16()
+		for i := p.Bits(); i < 128; i++ {
+			last[i/8] |= 0x80 >> (i % 8)
+		}
+		rs = append(rs, addrRange{p.Addr(), netip.AddrFrom16(last)})
+	}
+	slices.SortFunc(rs, func(a, b addrRange) int { return a.from.Compare(b.from) })
+	var out []addrRange
+	for _, r := range rs {
+		if n := len(out); n > 0 && (r.from.Compare(out[n-1].to) <= 0 || out[n-1].to.Next() == r.from) {
+			if r.to.Compare(out[n-1].to) > 0 {
+				out[n-1].to = r.to
+			}
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// denyAllV6 is what a denyOut holding 0.0.0.0/0 also denies: E2B's
+// "deny all traffic" covers IPv6 too.
+var denyAllV6 = netip.MustParsePrefix("::/0")
+
+// withDenyAllV6 returns deny, plus ::/0 when it holds 0.0.0.0/0.
+func withDenyAllV6(deny []netip.Prefix) []netip.Prefix {
+	for _, p := range deny {
+		if p.Addr().Is4() && p.Bits() == 0 {
+			return append(slices.Clone(deny), denyAllV6)
+		}
+	}
+	return deny
 }

@@ -13,33 +13,55 @@ import (
 	"github.com/moatsh/moat/internal/errdefs"
 )
 
-// Per-sandbox egress rules (Egress) live in two interval sets of the inet
+// Per-sandbox egress rules (Egress) live in interval sets of the inet
 // table keyed by (host ifname . IPv4 range): egressAllowSet and
-// egressDenySet. A sandbox's update is one nftables transaction that removes
-// the ranges it no longer has and adds the new ones, so a packet sees the
-// old policy or the new one, never a mix, and a connection whose
+// egressDenySet, and by (host ifname . IPv6 range): egressAllow6Set and
+// egressDeny6Set. A sandbox's update is one nftables transaction that
+// removes the ranges it no longer has and adds the new ones, so a packet
+// sees the old policy or the new one, never a mix, and a connection whose
 // destination stays allowed is never interrupted. installTable keeps their
 // elements like those of the other sets.
 const (
-	egressAllowSet = "egress_allow"
-	egressDenySet  = "egress_deny"
+	egressAllowSet  = "egress_allow"
+	egressDenySet   = "egress_deny"
+	egressAllow6Set = "egress_allow6"
+	egressDeny6Set  = "egress_deny6"
 )
 
-var egressKeyType = nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIPAddr)
+var (
+	egressKeyType  = nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIPAddr)
+	egressKey6Type = nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIP6Addr)
+	egressSetNames = []string{egressAllowSet, egressDenySet, egressAllow6Set, egressDeny6Set}
+)
 
-func egressSetIn(t *nftables.Table, name string) *nftables.Set {
-	return &nftables.Set{Table: t, Name: name, KeyType: egressKeyType, Concatenation: true, Interval: true}
+// egressSets are the four sets in one table.
+type egressSets struct{ allow, deny, allow6, deny6 *nftables.Set }
+
+// addrLen is the address length of set name's keys.
+func addrLen(name string) int {
+	if name == egressAllow6Set || name == egressDeny6Set {
+		return 16
+	}
+	return 4
 }
 
-// addEgressSets adds both sets, holding keep[name], to c's batch.
-func addEgressSets(c *nftables.Conn, t *nftables.Table, keep map[string][]nftables.SetElement) (allow, deny *nftables.Set, err error) {
-	allow, deny = egressSetIn(t, egressAllowSet), egressSetIn(t, egressDenySet)
-	for _, s := range []*nftables.Set{allow, deny} {
+func egressSetIn(t *nftables.Table, name string) *nftables.Set {
+	kt := egressKeyType
+	if addrLen(name) == 16 {
+		kt = egressKey6Type
+	}
+	return &nftables.Set{Table: t, Name: name, KeyType: kt, Concatenation: true, Interval: true}
+}
+
+// addEgressSets adds the four sets, holding keep[name], to c's batch.
+func addEgressSets(c *nftables.Conn, t *nftables.Table, keep map[string][]nftables.SetElement) (egressSets, error) {
+	e := egressSets{egressSetIn(t, egressAllowSet), egressSetIn(t, egressDenySet), egressSetIn(t, egressAllow6Set), egressSetIn(t, egressDeny6Set)}
+	for _, s := range []*nftables.Set{e.allow, e.deny, e.allow6, e.deny6} {
 		if err := c.AddSet(s, keep[s.Name]); err != nil {
-			return nil, nil, fmt.Errorf("nftables: add set %s: %w", s.Name, err)
+			return egressSets{}, fmt.Errorf("nftables: add set %s: %w", s.Name, err)
 		}
 	}
-	return allow, deny, nil
+	return e, nil
 }
 
 // inEgress matches when (input ifname . IPv4 destination) is in set.
@@ -51,8 +73,11 @@ func inEgress(set *nftables.Set) []expr.Any {
 	}
 }
 
-func egressElem(ifname string, r ipv4Range) nftables.SetElement {
-	return nftables.SetElement{Key: sandboxAddrKey(ifname, v4Addr(r.from)), KeyEnd: sandboxAddrKey(ifname, v4Addr(r.to))}
+// inEgress6 matches when (input ifname . IPv6 destination) is in set.
+func inEgress6(set *nftables.Set) []expr.Any { return inSet6(expr.MetaKeyIIFNAME, 24, set, false) }
+
+func egressElem(ifname string, r addrRange) nftables.SetElement {
+	return nftables.SetElement{Key: sandboxAddrKey(ifname, r.from), KeyEnd: sandboxAddrKey(ifname, r.to)}
 }
 
 func elemKey(e nftables.SetElement) string { return string(e.Key) + "\x00" + string(e.KeyEnd) }
@@ -71,7 +96,7 @@ func (m *Manager) readEgress(c *nftables.Conn, name string) (map[string][]nftabl
 	}
 	n := len(ifnameKey(""))
 	for _, e := range elems {
-		if len(e.Key) != n+4 {
+		if len(e.Key) != n+addrLen(name) {
 			continue
 		}
 		ifname := string(trimNUL(e.Key[:n]))
@@ -86,7 +111,7 @@ func (m *Manager) keepEgress(c *nftables.Conn) (map[string][]nftables.SetElement
 	if _, err := c.ListTableOfFamily(m.o.table, nftables.TableFamilyINet); err != nil {
 		return keep, nil
 	}
-	for _, name := range []string{egressAllowSet, egressDenySet} {
+	for _, name := range egressSetNames {
 		byIf, err := m.readEgress(c, name)
 		if err != nil {
 			return nil, err
@@ -98,10 +123,10 @@ func (m *Manager) keepEgress(c *nftables.Conn) (map[string][]nftables.SetElement
 	return keep, nil
 }
 
-// writeEgress replaces ifname's elements of both sets with allow and deny
-// (nil, nil: removes them) and sets its membership of the "allowed" and
-// "proxied" sets, in one transaction. nftMu must be held.
-func (m *Manager) writeEgress(ifname string, allow, deny []ipv4Range, internet, proxied bool) error {
+// writeEgress replaces ifname's elements of the egress sets with want
+// (set name → ranges; nil: removes them all) and sets its membership of the
+// "allowed" and "proxied" sets, in one transaction. nftMu must be held.
+func (m *Manager) writeEgress(ifname string, want map[string][]addrRange, internet, proxied bool) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
@@ -110,45 +135,12 @@ func (m *Manager) writeEgress(ifname string, allow, deny []ipv4Range, internet, 
 	if err != nil {
 		return err
 	}
-	for _, l := range []struct {
-		name string
-		want []ipv4Range
-	}{{egressAllowSet, allow}, {egressDenySet, deny}} {
-		have, err := m.readEgress(c, l.name)
+	for _, name := range egressSetNames {
+		ch, err := m.replaceEgress(c, ifname, name, want[name])
 		if err != nil {
 			return err
 		}
-		old := map[string]bool{}
-		for _, e := range have[ifname] {
-			old[elemKey(e)] = true
-		}
-		var add, del []nftables.SetElement
-		want := map[string]bool{}
-		for _, r := range l.want {
-			e := egressElem(ifname, r)
-			want[elemKey(e)] = true
-			if !old[elemKey(e)] {
-				add = append(add, e)
-			}
-		}
-		for _, e := range have[ifname] {
-			if !want[elemKey(e)] {
-				del = append(del, e)
-			}
-		}
-		s := egressSetIn(m.table(), l.name)
-		if len(del) > 0 {
-			if err := c.SetDeleteElements(s, del); err != nil {
-				return fmt.Errorf("nftables: %s: %w", l.name, err)
-			}
-			changed = true
-		}
-		if len(add) > 0 {
-			if err := c.SetAddElements(s, add); err != nil {
-				return fmt.Errorf("nftables: %s: %w", l.name, err)
-			}
-			changed = true
-		}
+		changed = changed || ch
 	}
 	members, err := m.allowedIfs()
 	if err != nil {
@@ -174,6 +166,45 @@ func (m *Manager) writeEgress(ifname string, allow, deny []ipv4Range, internet, 
 		return fmt.Errorf("nftables: egress policy of %s: %w", ifname, err)
 	}
 	return nil
+}
+
+// replaceEgress adds to c's batch what turns ifname's elements of set name
+// into want; it reports whether it added anything to the batch.
+func (m *Manager) replaceEgress(c *nftables.Conn, ifname, name string, want []addrRange) (bool, error) {
+	have, err := m.readEgress(c, name)
+	if err != nil {
+		return false, err
+	}
+	old := map[string]bool{}
+	for _, e := range have[ifname] {
+		old[elemKey(e)] = true
+	}
+	var add, del []nftables.SetElement
+	keep := map[string]bool{}
+	for _, r := range want {
+		e := egressElem(ifname, r)
+		keep[elemKey(e)] = true
+		if !old[elemKey(e)] {
+			add = append(add, e)
+		}
+	}
+	for _, e := range have[ifname] {
+		if !keep[elemKey(e)] {
+			del = append(del, e)
+		}
+	}
+	s := egressSetIn(m.table(), name)
+	if len(del) > 0 {
+		if err := c.SetDeleteElements(s, del); err != nil {
+			return false, fmt.Errorf("nftables: %s: %w", name, err)
+		}
+	}
+	if len(add) > 0 {
+		if err := c.SetAddElements(s, add); err != nil {
+			return false, fmt.Errorf("nftables: %s: %w", name, err)
+		}
+	}
+	return len(add)+len(del) > 0, nil
 }
 
 // SetEgress replaces sandbox id's egress policy. For a sandbox whose
@@ -202,8 +233,8 @@ func (m *Manager) SetEgress(ctx context.Context, id string, e Egress) error {
 // applyEgress writes e for id's interface. Domain rules reach the proxy
 // before the redirect starts, and leave it after the redirect stops.
 func (m *Manager) applyEgress(ctx context.Context, id string, e Egress) error {
-	allow := mergeV4(e.Allow)
-	if e.Internet || len(allow) > 0 {
+	want := egressWant(e)
+	if e.Internet || len(want[egressAllowSet])+len(want[egressAllow6Set]) > 0 {
 		if err := m.enableForwarding(); err != nil {
 			return err
 		}
@@ -225,7 +256,7 @@ func (m *Manager) applyEgress(ctx context.Context, id string, e Egress) error {
 		}
 	}
 	m.nftMu.Lock()
-	err := m.writeEgress(m.o.hostIf(id), allow, mergeV4(e.Deny), e.Internet, proxied)
+	err := m.writeEgress(m.o.hostIf(id), want, e.Internet, proxied)
 	m.nftMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("sandbox %s: %w", id, err)
@@ -256,7 +287,7 @@ func (m *Manager) clearEgress(ifname string) error {
 	} else if ch {
 		n++
 	}
-	for _, name := range []string{egressAllowSet, egressDenySet} {
+	for _, name := range egressSetNames {
 		have, err := m.readEgress(c, name)
 		if err != nil {
 			return err
@@ -286,7 +317,7 @@ func (m *Manager) clearStaleEgress(live map[string]string) error {
 		return fmt.Errorf("nftables: %w", err)
 	}
 	stale := map[string]bool{}
-	for _, name := range []string{egressAllowSet, egressDenySet} {
+	for _, name := range egressSetNames {
 		have, err := m.readEgress(c, name)
 		if err != nil {
 			return err
@@ -304,8 +335,9 @@ func (m *Manager) clearStaleEgress(live map[string]string) error {
 	return errors.Join(errs...)
 }
 
-// egressRanges returns the IPv4 ranges enforced for id's interface now, as
-// prefixes' first and last addresses (for tests and diagnostics).
+// egressRanges returns the ranges (IPv4 first, then IPv6) enforced for
+// id's interface now, as first and last addresses (for tests and
+// diagnostics).
 func (m *Manager) egressRanges(id string) (allow, deny [][2]netip.Addr, err error) {
 	c, err := nftables.New()
 	if err != nil {
@@ -315,7 +347,7 @@ func (m *Manager) egressRanges(id string) (allow, deny [][2]netip.Addr, err erro
 	for _, l := range []struct {
 		name string
 		out  *[][2]netip.Addr
-	}{{egressAllowSet, &allow}, {egressDenySet, &deny}} {
+	}{{egressAllowSet, &allow}, {egressDenySet, &deny}, {egressAllow6Set, &allow}, {egressDeny6Set, &deny}} {
 		have, err := m.readEgress(c, l.name)
 		if err != nil {
 			return nil, nil, err
@@ -327,4 +359,16 @@ func (m *Manager) egressRanges(id string) (allow, deny [][2]netip.Addr, err erro
 		}
 	}
 	return allow, deny, nil
+}
+
+// egressWant maps e to the ranges of each egress set, by family; a denyOut
+// holding 0.0.0.0/0 denies all IPv6 too (withDenyAllV6), so "deny all but
+// allowOut" means both families, and an allowOut opens exactly the IPv6
+// prefixes it names.
+func egressWant(e Egress) map[string][]addrRange {
+	deny := withDenyAllV6(e.Deny)
+	return map[string][]addrRange{
+		egressAllowSet: v4Ranges(mergeV4(e.Allow)), egressDenySet: v4Ranges(mergeV4(deny)),
+		egressAllow6Set: mergeV6(e.Allow), egressDeny6Set: mergeV6(deny),
+	}
 }

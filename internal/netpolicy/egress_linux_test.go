@@ -15,9 +15,10 @@ import (
 )
 
 // egressUplink is a simulated uplink like newUplink's, on addresses of its
-// own (198.18.81.0/24 to the gateway netns, which plays two internet hosts
-// 198.19.82.1 and 198.19.82.2 on its lo), so it never collides with other
-// suites. Every address answers an echo service on port.
+// own (198.18.81.0/24 and 2001:db8:81::/64 to the gateway netns, which
+// plays two internet hosts 198.19.82.1 and 198.19.82.2, and two IPv6 ones
+// 2001:db8:82::1 and 2001:db8:82::2, on its lo), so it never collides with
+// other suites. Every address answers an echo service on port.
 type egressUplink struct {
 	nsPath string
 	port   int
@@ -39,9 +40,14 @@ func newEgressUplink(t *testing.T) *egressUplink {
 	in("addr", "add", "198.18.81.1/24", "dev", "up0")
 	in("addr", "add", "198.19.82.1/32", "dev", "lo")
 	in("addr", "add", "198.19.82.2/32", "dev", "lo")
+	in("-6", "addr", "add", "2001:db8:81::1/64", "dev", "up0", "nodad")
+	in("-6", "addr", "add", "2001:db8:82::1/128", "dev", "lo")
+	in("-6", "addr", "add", "2001:db8:82::2/128", "dev", "lo")
 	ipCmd(t, "addr", "add", "198.18.81.2/24", "dev", hostIf)
+	ipCmd(t, "-6", "addr", "add", "2001:db8:81::2/64", "dev", hostIf, "nodad")
 	ipCmd(t, "link", "set", hostIf, "up")
 	ipCmd(t, "route", "add", "198.19.82.0/24", "via", "198.18.81.1", "dev", hostIf)
+	ipCmd(t, "-6", "route", "add", "2001:db8:82::/64", "via", "2001:db8:81::1", "dev", hostIf)
 	u := &egressUplink{nsPath: "/run/netns/" + ns}
 	inNetns(t, u.nsPath, func() {
 		l, err := net.Listen("tcp", ":0")
@@ -111,6 +117,21 @@ func echo(c net.Conn, s string) error {
 	return err
 }
 
+// testAllowIPv6: allowOut opens exactly the IPv6 prefixes it names, on
+// top of a deny-all; the policy is back to one IPv4 /32 afterwards.
+func testAllowIPv6(t *testing.T, m *Manager, n *Net, u *egressUplink) {
+	t.Log("allowOut opens exactly the IPv6 prefixes it names")
+	ctx := context.Background()
+	if err := m.SetEgress(ctx, n.ID, Egress{Allow: pfx("198.19.82.1/32", "2001:db8:82::1/128"), Deny: pfx("0.0.0.0/0"), Internet: true}); err != nil {
+		t.Fatal(err)
+	}
+	reach(t, n, u.addr("2001:db8:82::1"), true)
+	reach(t, n, u.addr("2001:db8:82::2"), false)
+	if err := m.SetEgress(ctx, n.ID, Egress{Allow: pfx("198.19.82.1/32"), Deny: pfx("0.0.0.0/0"), Internet: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestEgressPolicy: allowOut/denyOut per sandbox, applied before the first
 // packet (SetEgress before Setup), switched atomically by SetEgress, kept
 // by a table reinstall, never reopening blocked networks, and removed by
@@ -120,7 +141,9 @@ func TestEgressPolicy(t *testing.T) {
 	m := testManagerScope(t, "moatte", "te", "10.204.0.0/16")
 	u := newEgressUplink(t)
 	one, two, gw := u.addr("198.19.82.1"), u.addr("198.19.82.2"), u.addr("198.18.81.1")
+	one6, two6, gw6 := u.addr("2001:db8:82::1"), u.addr("2001:db8:82::2"), u.addr("2001:db8:81::1")
 	waitHostnets(t, m, netip.MustParsePrefix("198.18.81.0/24"), true)
+	waitHostnets(t, m, netip.MustParsePrefix("2001:db8:81::/64"), true)
 
 	id := testID(t)
 	if err := m.SetEgress(ctx, id, Egress{Deny: pfx("0.0.0.0/0"), Internet: true}); err != nil {
@@ -132,9 +155,10 @@ func TestEgressPolicy(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = m.Teardown(ctx, id) })
 
-	t.Log("deny all")
+	t.Log("deny all (0.0.0.0/0 denies IPv6 too)")
 	reach(t, n, one, false)
 	reach(t, n, two, false)
+	reach(t, n, one6, false)
 
 	t.Log("allow exactly one /32")
 	start := time.Now()
@@ -146,9 +170,12 @@ func TestEgressPolicy(t *testing.T) {
 	}
 	reach(t, n, one, true)
 	reach(t, n, two, false)
-	if allow, deny, err := m.egressRanges(id); err != nil || len(allow) != 1 || len(deny) != 1 {
+	reach(t, n, one6, false)
+	if allow, deny, err := m.egressRanges(id); err != nil || len(allow) != 1 || len(deny) != 2 { // deny: 0.0.0.0/0 and ::/0
 		t.Fatalf("ranges %v %v %v", allow, deny, err)
 	}
+
+	testAllowIPv6(t, m, n, u)
 
 	t.Log("an established connection survives an update that keeps it allowed")
 	var c net.Conn
@@ -169,10 +196,11 @@ func TestEgressPolicy(t *testing.T) {
 	reach(t, n, two, false) // 198.19.82.0/31 is .0-.1
 
 	t.Log("allowOut never opens blocked networks")
-	if err := m.SetEgress(ctx, id, Egress{Allow: pfx("198.18.81.0/24", "10.0.0.0/8"), Internet: false}); err != nil {
+	if err := m.SetEgress(ctx, id, Egress{Allow: pfx("198.18.81.0/24", "10.0.0.0/8", "2001:db8:81::/64", "fc00::/7"), Internet: false}); err != nil {
 		t.Fatal(err)
 	}
 	reach(t, n, gw, false)
+	reach(t, n, gw6, false)
 	reach(t, n, one, false)
 	if err := echo(c, "cut"); err == nil {
 		t.Error("connection to a destination no longer allowed still works")
@@ -184,6 +212,7 @@ func TestEgressPolicy(t *testing.T) {
 	}
 	reach(t, n, two, true)
 	reach(t, n, one, false)
+	reach(t, n, one6, false)
 	if nn, _ := m.Lookup(id); nn.Internet {
 		t.Error("Lookup says internet after SetEgress without it")
 	}
@@ -201,6 +230,7 @@ func TestEgressPolicy(t *testing.T) {
 	}
 	reach(t, n, one, true)
 	reach(t, n, two, true)
+	reach(t, n, two6, true)
 	if allow, deny, err := m.egressRanges(id); err != nil || len(allow)+len(deny) != 0 {
 		t.Fatalf("ranges %v %v %v", allow, deny, err)
 	}

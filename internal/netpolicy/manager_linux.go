@@ -35,6 +35,8 @@ type Manager struct {
 	internet   map[string]bool   // id → egress allowed; guarded by mu
 	egress     map[string]Egress // id → policy set by SetEgress, applied by Setup; guarded by mu
 	forwarding bool              // ip_forward switched on by us; guarded by mu
+	forward6   bool              // IPv6 forwarding on (by us or before); guarded by mu
+	v6         bool              // the host has IPv6: sandboxes get IPv6 addresses
 
 	nftMu     sync.Mutex     // serialises table installs with hostnets refills
 	deny      []netip.Prefix // contents of the hostnets chain; guarded by nftMu
@@ -58,11 +60,14 @@ func New(log *slog.Logger, opts ...Option) (*Manager, error) {
 	for _, f := range withHostDefaults(opts) {
 		f(&o)
 	}
-	if len(o.ifPrefix) != 2 || !o.subnet.Addr().Is4() || o.subnet.Bits() > 30 {
-		return nil, fmt.Errorf("netpolicy: bad scope: if prefix %q, subnet %s", o.ifPrefix, o.subnet)
+	if len(o.ifPrefix) != 2 || !o.subnet.Addr().Is4() || o.subnet.Bits() > 30 || !validSubnet6(o.subnet6) {
+		return nil, fmt.Errorf("netpolicy: bad scope: if prefix %q, subnet %s, IPv6 prefix %s", o.ifPrefix, o.subnet, o.subnet6)
 	}
-	m := &Manager{log: log.With("component", "netpolicy"), o: o,
+	m := &Manager{log: log.With("component", "netpolicy"), o: o, v6: ipv6Available(),
 		alloc: newAllocator(o.subnet), internet: map[string]bool{}, egress: map[string]Egress{}, done: make(chan struct{})}
+	if !m.v6 {
+		m.log.Info("the host has no IPv6: sandboxes get IPv4 only")
+	}
 	deny, err := m.computeDeny()
 	if err != nil {
 		return nil, fmt.Errorf("netpolicy: %w", err)
@@ -133,8 +138,12 @@ func (m *Manager) Lookup(id string) (*Net, bool) {
 // netOf builds the Net for id at slot; mu must be held.
 func (m *Manager) netOf(id string, slot int) *Net {
 	h, s := m.alloc.addrs(slot)
-	return &Net{ID: id, NSPath: filepath.Join(netnsDir, m.o.netnsName(id)), HostIf: m.o.hostIf(id),
+	n := &Net{ID: id, NSPath: filepath.Join(netnsDir, m.o.netnsName(id)), HostIf: m.o.hostIf(id),
 		HostAddr: h, SandboxAddr: s, Prefix: 30, Internet: m.internet[id]}
+	if m.v6 {
+		n.HostAddr6, n.SandboxAddr6 = m.o.mapTo6(h), m.o.mapTo6(s)
+	}
+	return n
 }
 
 // Setup creates the sandbox's netns, veth pair, addresses and routes, and
@@ -176,7 +185,7 @@ func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *
 	n := m.netOf(id, slot)
 	m.mu.Unlock()
 
-	if err := createNetns(m.o.netnsName(id)); err != nil {
+	if err := createNetns(m.o.netnsName(id), m.v6); err != nil {
 		return nil, fmt.Errorf("sandbox %s: create netns: %w", id, err)
 	}
 	undo.Push(func() error { return deleteNetns(m.o.netnsName(id)) })
@@ -184,7 +193,7 @@ func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *
 		return nil, err
 	}
 	undo.Push(func() error { return deleteLink(n.HostIf) })
-	if err := m.bindAddr(n.HostIf, n.SandboxAddr); err != nil {
+	if err := m.bindAddr(n.HostIf, n.SandboxAddr, n.SandboxAddr6); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	undo.Push(func() error { return m.unbindAddrs(n.HostIf) })
@@ -260,10 +269,11 @@ func (m *Manager) createVeth(n *Net) error {
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("sandbox %s: add veth %s: %w", n.ID, n.HostIf, err)
 	}
-	// No IPv6 on the host side: no link-local path to the host.
-	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+n.HostIf+"/disable_ipv6", []byte("1"), 0o644)
 	link, err := netlink.LinkByName(n.HostIf)
 	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", n.ID, err)
+	}
+	if err := configureHost6(link, n); err != nil {
 		return fmt.Errorf("sandbox %s: %w", n.ID, err)
 	}
 	addr := &netlink.Addr{IPNet: ipNet(n.HostAddr, n.Prefix)}
@@ -303,20 +313,37 @@ func configureInside(n *Net) error {
 	if err := h.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(n.SandboxAddr, n.Prefix)}); err != nil {
 		return fmt.Errorf("sandbox %s: address %s: %w", n.ID, n.SandboxAddr, err)
 	}
+	if n.SandboxAddr6.IsValid() {
+		a6 := &netlink.Addr{IPNet: ipNet(n.SandboxAddr6, Prefix6), Flags: unix.IFA_F_NODAD}
+		if err := h.AddrAdd(eth, a6); err != nil {
+			return fmt.Errorf("sandbox %s: address %s: %w", n.ID, n.SandboxAddr6, err)
+		}
+	}
 	if err := h.LinkSetUp(eth); err != nil {
 		return fmt.Errorf("sandbox %s: eth0 up: %w", n.ID, err)
 	}
-	route := &netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.IP(n.HostAddr.AsSlice())}
-	if err := h.RouteAdd(route); err != nil {
-		return fmt.Errorf("sandbox %s: default route: %w", n.ID, err)
+	for _, gw := range []netip.Addr{n.HostAddr, n.HostAddr6} {
+		if !gw.IsValid() {
+			continue
+		}
+		if err := h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.IP(gw.AsSlice())}); err != nil {
+			return fmt.Errorf("sandbox %s: default route via %s: %w", n.ID, gw, err)
+		}
 	}
 	return nil
 }
 
-// enableForwarding turns on net.ipv4.ip_forward once.
+// enableForwarding turns on net.ipv4.ip_forward once, and IPv6 forwarding
+// (see enableForwarding6) when the host has IPv6.
 func (m *Manager) enableForwarding() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.v6 && !m.forward6 {
+		if err := enableForwarding6(m.log, m.o.table); err != nil {
+			return err
+		}
+		m.forward6 = true
+	}
 	if m.forwarding {
 		return nil
 	}
@@ -356,15 +383,22 @@ func writeSysctls(kv map[string]string) error {
 }
 
 // createNetns creates a named network namespace like `ip netns add` and
-// sets sandboxSysctls in it.
-func createNetns(name string) error {
+// sets sandboxSysctls (and sandboxSysctls6 when v6) in it.
+func createNetns(name string, v6 bool) error {
 	err := onThread(func() error {
 		ns, err := netns.NewNamed(name) // enters it
 		if err != nil {
 			return err // deleteNetns below removes a half-made file
 		}
 		return ns.Close()
-	}, func() error { return writeSysctls(sandboxSysctls) })
+	}, func() error {
+		if v6 {
+			if err := writeSysctls(sandboxSysctls6); err != nil {
+				return err
+			}
+		}
+		return writeSysctls(sandboxSysctls)
+	})
 	if err != nil {
 		_ = deleteNetns(name)
 		return fmt.Errorf("netns %s: %w", name, err)
@@ -445,7 +479,7 @@ func deleteLink(name string) error {
 }
 
 func ipNet(a netip.Addr, bits int) *net.IPNet {
-	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(bits, 32)}
+	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(bits, a.BitLen())}
 }
 
 // hostAddrs lists the IPv4 addresses on the host's interfaces, so that a

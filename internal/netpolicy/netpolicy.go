@@ -17,7 +17,15 @@ type Net struct {
 	SandboxAddr netip.Addr // address of eth0 inside the sandbox
 	Prefix      int        // prefix length of both addresses (30)
 	Internet    bool       // egress to the internet is allowed
+
+	// IPv6, when the host has it (else both are invalid): the same slot
+	// mapped into the scope's ULA prefix (see mapTo6), a /126.
+	HostAddr6    netip.Addr // host side: the sandbox's IPv6 default gateway
+	SandboxAddr6 netip.Addr // eth0 inside the sandbox
 }
+
+// Prefix6 is the prefix length of Net's IPv6 addresses: the /30 mapped.
+const Prefix6 = 126
 
 // Option changes a Manager's naming scope. Tests use a scope of their own so
 // they never touch a running server's objects.
@@ -28,6 +36,7 @@ type options struct {
 	netnsPrefix string
 	ifPrefix    string
 	subnet      netip.Prefix
+	subnet6     netip.Prefix   // ULA prefix (/96 or shorter) the subnet's addresses are mapped into
 	deny        []netip.Prefix // operator's extra destinations closed to sandboxes
 	proxy       *EgressProxy   // domain rules enforcement; nil: domain rules refused
 }
@@ -38,7 +47,37 @@ func defaultOptions() options {
 		netnsPrefix: "moat-",
 		ifPrefix:    "mh",
 		subnet:      netip.MustParsePrefix("10.200.0.0/16"),
+		subnet6:     DefaultULA,
 	}
+}
+
+// DefaultULA is Moat's IPv6 prefix: a unique local /48 whose global ID is
+// "moat\x00" (6d 6f 61 74 00). A sandbox's IPv6 address is this prefix with
+// the sandbox's IPv4 address as its last 32 bits (mapTo6), so each scope's
+// IPv4 subnet maps to a disjoint IPv6 range and the /30s become /126s.
+var DefaultULA = netip.MustParsePrefix("fd6d:6f61:7400::/48")
+
+// WithSubnet6 changes the IPv6 prefix the sandboxes' addresses are mapped
+// into (default DefaultULA): an IPv6 prefix of at most 96 bits, best a
+// unique local one (fc00::/7), which sandboxes never reach as a destination.
+func WithSubnet6(p netip.Prefix) Option { return func(o *options) { o.subnet6 = p.Masked() } }
+
+// mapTo6 maps an IPv4 address into o's IPv6 prefix: the prefix's first 96
+// bits, then a's 32.
+func (o *options) mapTo6(a netip.Addr) netip.Addr {
+	b := o.subnet6.Addr().As16()
+	a4 := a.As4()
+	copy(b[12:], a4[:])
+	return netip.AddrFrom16(b)
+}
+
+// sandboxes6 is the IPv6 range of all the scope's sandboxes: subnet mapped.
+func (o *options) sandboxes6() netip.Prefix {
+	return netip.PrefixFrom(o.mapTo6(o.subnet.Addr()), 96+o.subnet.Bits())
+}
+
+func validSubnet6(p netip.Prefix) bool {
+	return p.IsValid() && p.Addr().Is6() && !p.Addr().Is4In6() && p.Bits() <= 96
 }
 
 // WithScope names every object differently: nftables table, netns name prefix

@@ -2,6 +2,7 @@ package netpolicy
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -100,5 +101,80 @@ func TestAllocatorSkipsTaken(t *testing.T) {
 	s, err := a.alloc("a", func(slot int) bool { return slot < 3 })
 	if err != nil || s != 3 {
 		t.Fatalf("alloc = %d, %v; want 3", s, err)
+	}
+}
+
+// TestIPv6Derivation: a sandbox's IPv6 addresses are its scope's prefix
+// with the IPv4 address of the same slot as their last 32 bits, so the
+// /30s become /126s and scopes with different IPv4 subnets never share an
+// IPv6 address.
+func TestIPv6Derivation(t *testing.T) {
+	tests := []struct {
+		name, subnet, ula   string
+		slot                int
+		host, sandbox, all6 string
+	}{
+		{"default, first slot", "10.200.0.0/16", "", 0, "fd6d:6f61:7400::ac8:1", "fd6d:6f61:7400::ac8:2", "fd6d:6f61:7400::ac8:0/112"},
+		{"default, slot 1", "10.200.0.0/16", "", 1, "fd6d:6f61:7400::ac8:5", "fd6d:6f61:7400::ac8:6", "fd6d:6f61:7400::ac8:0/112"},
+		{"crosses an octet", "10.200.0.0/16", "", 64, "fd6d:6f61:7400::ac8:101", "fd6d:6f61:7400::ac8:102", "fd6d:6f61:7400::ac8:0/112"},
+		{"last slot", "10.200.0.0/16", "", 16383, "fd6d:6f61:7400::ac8:fffd", "fd6d:6f61:7400::ac8:fffe", "fd6d:6f61:7400::ac8:0/112"},
+		{"another scope", "10.201.0.0/16", "", 0, "fd6d:6f61:7400::ac9:1", "fd6d:6f61:7400::ac9:2", "fd6d:6f61:7400::ac9:0/112"},
+		{"operator prefix", "10.200.0.0/24", "fd12:3456:789a:1::/64", 2, "fd12:3456:789a:1::ac8:9", "fd12:3456:789a:1::ac8:a", "fd12:3456:789a:1::ac8:0/120"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := defaultOptions()
+			WithScope("x", "xx", netip.MustParsePrefix(tc.subnet))(&o)
+			if tc.ula != "" {
+				WithSubnet6(netip.MustParsePrefix(tc.ula))(&o)
+			}
+			a := newAllocator(o.subnet)
+			h, s := a.addrs(tc.slot)
+			h6, s6 := o.mapTo6(h), o.mapTo6(s)
+			if h6.String() != tc.host || s6.String() != tc.sandbox {
+				t.Fatalf("slot %d: %s/%s, want %s/%s", tc.slot, h6, s6, tc.host, tc.sandbox)
+			}
+			if got := o.sandboxes6(); got.String() != tc.all6 || !got.Contains(s6) {
+				t.Fatalf("sandboxes6 = %s, want %s containing %s", got, tc.all6, s6)
+			}
+			if p, _ := h6.Prefix(Prefix6); !p.Contains(s6) || p.Contains(o.mapTo6(s.Next().Next())) {
+				t.Fatalf("%s and %s are not alone in one /%d", h6, s6, Prefix6)
+			}
+		})
+	}
+	for _, p := range []string{"fd00::/97", "10.0.0.0/8", "::ffff:0:0/96"} {
+		if validSubnet6(netip.MustParsePrefix(p)) {
+			t.Errorf("%s accepted as an IPv6 prefix", p)
+		}
+	}
+	if !validSubnet6(DefaultULA) || !netip.MustParsePrefix("fc00::/7").Contains(DefaultULA.Addr()) {
+		t.Errorf("DefaultULA %s is not a unique local prefix", DefaultULA)
+	}
+}
+
+func TestMergeV6(t *testing.T) {
+	r := func(a, b string) addrRange { return addrRange{netip.MustParseAddr(a), netip.MustParseAddr(b)} }
+	tests := []struct {
+		name string
+		in   []netip.Prefix
+		want []addrRange
+	}{
+		{"IPv4 dropped", pfx("10.0.0.0/8", "2001:db8::1/128"), []addrRange{r("2001:db8::1", "2001:db8::1")}},
+		{"all", pfx("2001:db8::/32", "::/0"), []addrRange{r("::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")}},
+		{"adjacent and overlapping", pfx("2001:db8:1::/48", "2001:db8::/48", "2001:db8:0:1::/64", "2001:db8:3::/48"),
+			[]addrRange{r("2001:db8::", "2001:db8:1:ffff:ffff:ffff:ffff:ffff"), r("2001:db8:3::", "2001:db8:3:ffff:ffff:ffff:ffff:ffff")}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := mergeV6(tc.in); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("%v, want %v", got, tc.want)
+			}
+		})
+	}
+	if got := withDenyAllV6(pfx("0.0.0.0/0")); len(got) != 2 || got[1] != denyAllV6 {
+		t.Errorf("deny 0.0.0.0/0 does not deny IPv6: %v", got)
+	}
+	if got := withDenyAllV6(pfx("0.0.0.0/1", "128.0.0.0/1")); len(got) != 2 {
+		t.Errorf("a narrower IPv4 deny changed: %v", got)
 	}
 }

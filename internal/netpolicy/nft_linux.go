@@ -3,6 +3,7 @@ package netpolicy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -24,6 +25,33 @@ var blockedV4 = []netip.Prefix{
 	netip.MustParsePrefix("172.16.0.0/12"),
 	netip.MustParsePrefix("192.168.0.0/16"),
 	netip.MustParsePrefix("224.0.0.0/3"),
+}
+
+// blockedV6 is blockedV4's IPv6 counterpart: the unspecified, loopback,
+// IPv4-compatible and IPv4-mapped addresses (::/96, ::ffff:0:0/96),
+// prefixes that carry IPv4 addresses to a translator or tunnel on the
+// host's side (NAT64 64:ff9b::/96 and 64:ff9b:1::/48, Teredo 2001::/32,
+// 6to4 2002::/16: they would reach private IPv4 space), discard-only
+// 100::/64, unique local (fc00::/7: the host's own ULA networks and every
+// sandbox), site-local and link-local (fec0::/10, fe80::/10) and multicast.
+var blockedV6 = []netip.Prefix{
+	netip.MustParsePrefix("::/96"),
+	netip.MustParsePrefix("::ffff:0:0/96"),
+	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
+	netip.MustParsePrefix("100::/64"),
+	netip.MustParsePrefix("2001::/32"),
+	netip.MustParsePrefix("2002::/16"),
+	netip.MustParsePrefix("fc00::/7"),
+	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("fec0::/10"),
+	netip.MustParsePrefix("ff00::/8"),
+}
+
+// tableSets are the sets of the inet table the filter chains look up.
+type tableSets struct {
+	allowed, addrs, addrs6, proxied *nftables.Set
+	egress                          egressSets
 }
 
 // ifnameKey is an interface name as nftables compares it: IFNAMSIZ bytes, NUL padded.
@@ -55,6 +83,10 @@ func (m *Manager) installTable() error {
 	if err != nil {
 		return err
 	}
+	keepAddrs6, err := keepElements(c, m.table(), sandboxAddrs6Set)
+	if err != nil {
+		return err
+	}
 	keepEgress, err := m.keepEgress(c)
 	if err != nil {
 		return err
@@ -69,24 +101,23 @@ func (m *Manager) installTable() error {
 		}
 	}
 	t := c.AddTable(m.table())
-	set := &nftables.Set{Table: t, Name: allowedSet, KeyType: nftables.TypeIFName}
-	if err := c.AddSet(set, keep); err != nil {
+	sets := tableSets{allowed: &nftables.Set{Table: t, Name: allowedSet, KeyType: nftables.TypeIFName}, proxied: proxiedSetIn(t)}
+	if err := c.AddSet(sets.allowed, keep); err != nil {
 		return fmt.Errorf("nftables: add set: %w", err)
+	}
+	if err := c.AddSet(sets.proxied, keepProxied); err != nil {
+		return fmt.Errorf("nftables: add set %s: %w", proxiedSet, err)
 	}
 	hostnets := c.AddChain(&nftables.Chain{Name: hostnetsChain, Table: t})
 	addHostnetsRules(c, t, hostnets, m.deny)
-	addrs, err := m.addAntispoof(c, t, keepAddrs)
-	if err != nil {
+	if sets.addrs, sets.addrs6, err = m.addAntispoof(c, t, keepAddrs, keepAddrs6); err != nil {
 		return err
 	}
-	egAllow, egDeny, err := addEgressSets(c, t, keepEgress)
-	if err != nil {
+	if sets.egress, err = addEgressSets(c, t, keepEgress); err != nil {
 		return err
 	}
-	input := m.addFilterChains(c, t, set, addrs, egAllow, egDeny, hostnets)
-	if _, err := m.addProxyRules(c, t, keepProxied, input, egAllow); err != nil {
-		return err
-	}
+	input := m.addFilterChains(c, t, sets, hostnets)
+	m.addProxyRules(c, t, sets, input)
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: install table inet %s: %w", m.o.table, err)
 	}
@@ -116,7 +147,7 @@ func keepElements(c *nftables.Conn, t *nftables.Table, name string) ([]nftables.
 
 // addFilterChains adds the base chains of table t to c's batch and returns
 // the input chain.
-func (m *Manager) addFilterChains(c *nftables.Conn, t *nftables.Table, allowed, addrs, egAllow, egDeny *nftables.Set, hostnets *nftables.Chain) *nftables.Chain {
+func (m *Manager) addFilterChains(c *nftables.Conn, t *nftables.Table, sets tableSets, hostnets *nftables.Chain) *nftables.Chain {
 	accept := nftables.ChainPolicyAccept
 	input := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
@@ -130,30 +161,58 @@ func (m *Manager) addFilterChains(c *nftables.Conn, t *nftables.Table, allowed, 
 	add := func(ch *nftables.Chain, exprs ...[]expr.Any) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: join(exprs...)})
 	}
-	// input: a sandbox only gets answers.
+	// input: a sandbox only gets answers, and its neighbour discovery
+	// (antispoof let only its own through).
 	add(input, iif, ctEstablished(), verdict(expr.VerdictAccept))
+	for _, typ := range []byte{icmp6NeighSolicit, icmp6NeighAdvert} {
+		add(input, iif, ipv6(), l4proto(unix.IPPROTO_ICMPV6), icmp6Type(expr.CmpOpEq, typ), hopLimit255(), verdict(expr.VerdictAccept))
+	}
 	add(input, iif, verdict(expr.VerdictDrop))
 	// forward.
 	add(forward, iif, oif, verdict(expr.VerdictDrop))
-	add(forward, oif, ipv4(), notInSet(expr.MetaKeyOIFNAME, 16, addrs), verdict(expr.VerdictDrop))
+	add(forward, oif, ipv4(), notInSet(expr.MetaKeyOIFNAME, 16, sets.addrs), verdict(expr.VerdictDrop))
+	add(forward, oif, ipv6(), inSet6(expr.MetaKeyOIFNAME, 24, sets.addrs6, true), verdict(expr.VerdictDrop))
 	add(forward, oif, ctEstablished(), verdict(expr.VerdictAccept))
 	add(forward, oif, verdict(expr.VerdictDrop))
-	for _, p := range blockedV4 {
+	for _, p := range append(append(slices.Clone(blockedV4), blockedV6...), m.o.sandboxes6()) {
 		add(forward, iif, daddrIn(p), verdict(expr.VerdictDrop))
 	}
 	add(forward, iif, []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: hostnets.Name}})
-	// Per-sandbox egress policy: allowOut wins over denyOut; both only
-	// after the blocks above, which no policy opens.
-	add(forward, iif, ipv4(), inEgress(egAllow), verdict(expr.VerdictAccept))
-	add(forward, iif, ipv4(), inEgress(egDeny), verdict(expr.VerdictDrop))
-	add(forward, iif, ipv4(), []expr.Any{
+	addEgressRules(add, forward, iif, sets)
+	add(forward, iif, []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-		&expr.Lookup{SourceRegister: 1, SetName: allowed.Name, SetID: allowed.ID},
+		&expr.Lookup{SourceRegister: 1, SetName: sets.allowed.Name, SetID: sets.allowed.ID},
 	}, verdict(expr.VerdictAccept))
 	add(forward, iif, verdict(expr.VerdictDrop))
-	// postrouting: masquerade what leaves the subnet for the outside.
-	add(post, saddrIn(m.o.subnet), m.ifMatch(expr.MetaKeyOIFNAME, expr.CmpOpNeq), []expr.Any{&expr.Masq{}})
+	// postrouting: masquerade what leaves the subnets for the outside.
+	notSandbox := m.ifMatch(expr.MetaKeyOIFNAME, expr.CmpOpNeq)
+	add(post, saddrIn(m.o.subnet), notSandbox, []expr.Any{&expr.Masq{}})
+	add(post, saddrIn(m.o.sandboxes6()), notSandbox, []expr.Any{&expr.Masq{}})
 	return input
+}
+
+// addEgressRules adds the per-sandbox egress policy to the forward chain
+// (through add): allowOut wins over denyOut; both only after the blocks
+// before them, which no policy opens. IPv6 from a sandbox with domain
+// rules is refused at once (ICMPv6 administratively prohibited) unless
+// allowOut names its destination, and its DNS is refused even then: DNS
+// and web traffic of such a sandbox go through Moat's resolver and proxy,
+// which are reached over IPv4 only.
+func addEgressRules(add func(*nftables.Chain, ...[]expr.Any), forward *nftables.Chain, iif []expr.Any, sets tableSets) {
+	e := sets.egress
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		add(forward, iif, ipv6(), inProxied(sets.proxied), l4proto(proto), dport(53), rejectAdmin())
+	}
+	add(forward, iif, ipv4(), inEgress(e.allow), verdict(expr.VerdictAccept))
+	add(forward, iif, ipv6(), inEgress6(e.allow6), verdict(expr.VerdictAccept))
+	add(forward, iif, ipv6(), inProxied(sets.proxied), rejectAdmin())
+	add(forward, iif, ipv4(), inEgress(e.deny), verdict(expr.VerdictDrop))
+	add(forward, iif, ipv6(), inEgress6(e.deny6), verdict(expr.VerdictDrop))
+}
+
+// rejectAdmin answers with an ICMP(v6) administratively prohibited error.
+func rejectAdmin() []expr.Any {
+	return []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: 3}} // NFT_REJECT_ICMPX_ADMIN_PROHIBITED
 }
 
 // addHostnetsRules adds one drop rule per prefix of deny to chain ch.

@@ -52,18 +52,14 @@ func redirectTo(port uint16) []expr.Any {
 	}
 }
 
-// addProxyRules adds set "proxied" (holding keep) and, when m has an
-// egress proxy, chain "dnat" and the input rules that let redirected
-// traffic in, to c's batch. input must run before the input chain's drop:
-// the rules are inserted at the chain's head.
-func (m *Manager) addProxyRules(c *nftables.Conn, t *nftables.Table, keep []nftables.SetElement, input *nftables.Chain, egAllow *nftables.Set) (*nftables.Set, error) {
-	s := proxiedSetIn(t)
-	if err := c.AddSet(s, keep); err != nil {
-		return nil, fmt.Errorf("nftables: add set %s: %w", proxiedSet, err)
-	}
+// addProxyRules adds, when m has an egress proxy, chain "dnat" and the
+// input rules that let redirected traffic in, to c's batch. input must run
+// before the input chain's drop: the rules are inserted at the chain's head.
+func (m *Manager) addProxyRules(c *nftables.Conn, t *nftables.Table, sets tableSets, input *nftables.Chain) {
+	s, egAllow := sets.proxied, sets.egress.allow
 	p := m.o.proxy
 	if p == nil {
-		return s, nil
+		return
 	}
 	accept := nftables.ChainPolicyAccept
 	dnat := c.AddChain(&nftables.Chain{Name: "dnat", Table: t, Type: nftables.ChainTypeNAT,
@@ -95,7 +91,6 @@ func (m *Manager) addProxyRules(c *nftables.Conn, t *nftables.Table, keep []nfta
 		c.InsertRule(&nftables.Rule{Table: t, Chain: input,
 			Exprs: join(notIf, notLoopback(), l4proto(r.proto), dport(r.port), verdict(expr.VerdictDrop))})
 	}
-	return s, nil
 }
 
 // writeProxied adds ifname to, or removes it from, "proxied" in c's batch;
@@ -129,8 +124,10 @@ func (m *Manager) writeProxied(c *nftables.Conn, ifname string, on bool) (bool, 
 
 // Blocked reports whether a is a destination no sandbox ever reaches
 // whatever its policy: the fixed blocked ranges, the host's own networks
-// and gateways, the operator's deny list, and every IPv6 address. The
-// egress proxy checks it before dialling for a sandbox.
+// and gateways, the operator's deny list, and every IPv6 address (the
+// proxy serves sandboxes with domain rules, whose IPv6 is refused: it
+// dials IPv4 only). The egress proxy checks it before dialling for a
+// sandbox.
 func (m *Manager) Blocked(a netip.Addr) bool {
 	a = a.Unmap()
 	if !a.Is4() || m.o.subnet.Contains(a) {

@@ -106,7 +106,11 @@ func (m *Manager) adopt(id string, l netlink.Link, internet bool) error {
 			m.alloc.claim(id, slot)
 			m.internet[id] = internet
 			_, sandbox := m.alloc.addrs(slot)
-			if err := m.bindAddr(l.Attrs().Name, sandbox); err != nil {
+			var sandbox6 netip.Addr
+			if m.v6 {
+				sandbox6 = m.o.mapTo6(sandbox)
+			}
+			if err := m.bindAddr(l.Attrs().Name, sandbox, sandbox6); err != nil {
 				return fmt.Errorf("sandbox %s: %w", id, err)
 			}
 			return nil

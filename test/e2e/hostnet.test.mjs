@@ -2,19 +2,23 @@
 // the official SDK: a simulated uplink (a network namespace on TEST-NET
 // addresses, outside every fixed private range) stands in for the
 // operator's LAN and its gateway, with a simulated internet address behind
-// the gateway. A sandbox must reach the internet address and nothing on the
-// host's directly connected networks; packets with forged source addresses
-// (IPv4, IPv6) and forged ARP claims never leave the host.
+// the gateway, in IPv4 and IPv6 (the documentation prefix 2001:db8::/32).
+// A sandbox must reach the internet address over both and nothing on the
+// host's directly connected networks; an egress policy covers IPv6 too
+// (denyOut 0.0.0.0/0 denies it, allowOut opens exactly the IPv6 CIDRs it
+// names); packets with forged source addresses (IPv4, IPv6) and forged ARP
+// and NDP claims never leave the host.
 //
 // The uplink is made after `moat serve` started, so the server must follow
 // address changes. Everything here stays inside namespaces this file makes.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
+import { execFileSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 
-import { useServer, createSandbox, run, sleep, simulatedUplink } from './harness.mjs'
+import { useServer, createSandbox, killQuietly, run, sleep, simulatedUplink } from './harness.mjs'
 
 useServer()
 
@@ -24,6 +28,7 @@ const GW = '203.0.113.1' // the "gateway": a neighbour on the host's connected n
 const HOST = '203.0.113.2'
 const INTERNET = '198.51.100.1' // beyond the gateway
 const GW6 = '2001:db8:1::1'
+const HOST6 = '2001:db8:1::2'
 const INTERNET6 = '2001:db8:2::1'
 const PORT = 18080
 const UDP_PORT = 19999
@@ -62,7 +67,7 @@ before(async () => {
   captureDir = mkdtempSync(path.join(os.tmpdir(), 'moat-hostnet-'))
   uplink = await simulatedUplink({
     ns: NS, hostIf: HOST_IF, host: HOST, gw: GW, neighbours: ['203.0.113.3'], internet: [INTERNET],
-    route: '198.51.100.0/24', v6: { host: '2001:db8:1::2', gw: GW6, internet: [INTERNET6], route: '2001:db8:2::/48' },
+    route: '198.51.100.0/24', v6: { host: HOST6, gw: GW6, internet: [INTERNET6], route: '2001:db8:2::/48' },
     serverPy: listener, args: [path.join(captureDir, 'udp.log')],
   })
 }, { timeout: 60_000 })
@@ -95,9 +100,37 @@ test('internet access reaches the internet, not the host\'s own networks', { tim
   for (const addr of [GW, '203.0.113.3', HOST]) {
     assert.equal(await connects(sbx, addr), false, `${addr} on the host's connected network must be unreachable`)
   }
-  for (const addr of [GW6, INTERNET6]) {
-    assert.equal(await connects(sbx, addr), false, `${addr}: sandboxes have no IPv6 path out`)
+  assert.equal(await connects(sbx, INTERNET6, 5), true, 'the simulated IPv6 internet beyond the gateway is reachable')
+  for (const addr of [GW6, HOST6]) {
+    assert.equal(await connects(sbx, addr), false, `${addr} on the host's connected IPv6 network must be unreachable`)
   }
+  // Every IPv6 object of the sandbox goes with it: the host side's address
+  // (the sandbox's gateway) and its nftables elements.
+  const hostIf = `mh${sbx.sandboxId.slice(0, 12)}`
+  const gw6 = JSON.parse(ip('-6', '-j', 'addr', 'show', 'dev', hostIf) || '[]').flatMap((l) => l.addr_info.map((a) => a.local))
+  assert.ok(gw6.length === 1 && gw6[0].startsWith('fd6d:6f61:7400:'), `${hostIf} IPv6 addresses: ${gw6}`)
+  await killQuietly(sbx.sandboxId)
+  let left = ''
+  for (let i = 0; i < 20; i++) {
+    const table = execFileSync('nft', ['list', 'table', 'inet', 'moat']).toString()
+    const addrs = ip('-6', '-o', 'addr', 'show')
+    left = [table.includes(hostIf) && `nftables elements of ${hostIf}`, addrs.includes(gw6[0]) && `address ${gw6[0]}`].filter(Boolean).join(', ')
+    if (!left) break
+    await sleep(500)
+  }
+  assert.equal(left, '', 'IPv6 objects left after kill')
+})
+
+test('egress policy covers IPv6: denyOut 0.0.0.0/0 denies it, allowOut opens exactly the IPv6 CIDRs it names', { timeout: 300_000 }, async (t) => {
+  const denied = await createSandbox(t, { allowInternetAccess: true, network: { denyOut: ['0.0.0.0/0'] } })
+  assert.equal(await connects(denied, INTERNET6), false, 'deny-all must deny IPv6 too')
+  const allowed = await createSandbox(t, { allowInternetAccess: true, network: { denyOut: ['0.0.0.0/0'], allowOut: [`${INTERNET6}/128`] } })
+  assert.equal(await connects(allowed, INTERNET6, 5), true, 'an allowed IPv6 /128 is reachable under deny-all')
+  assert.equal(await connects(allowed, INTERNET), false, 'an IPv6 allowOut opens no IPv4')
+  assert.equal(await connects(allowed, GW6), false, 'allowOut never opens the host\'s IPv6 network')
+  await allowed.updateNetwork({ denyOut: ['0.0.0.0/0'], allowOut: [INTERNET] })
+  assert.equal(await connects(allowed, INTERNET6), false, 'updateNetwork closes IPv6 again')
+  assert.equal(await connects(allowed, INTERNET, 5), true, 'and opens the IPv4 it names')
 })
 
 // sendSpoofed makes the sandbox send UDP datagrams to the simulated
@@ -134,8 +167,10 @@ try:
 except OSError as e:
     print('raw6', 'refused', e.errno)
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
 for _ in range(3):
     s.sendto((tag + '-honest').encode(), ('${INTERNET}', ${UDP_PORT}))
+    s6.sendto((tag + '-honest6').encode(), ('${INTERNET6}', ${UDP_PORT}))
 print('honest sent')
 `
 
@@ -148,13 +183,14 @@ test('packets with forged sources never leave the host', { timeout: 300_000 }, a
   assert.match(r.stdout, /honest sent/)
   // The honest datagrams arrive (masqueraded): proof the capture works.
   let seen = ''
-  for (let i = 0; i < 20 && !seen.includes(`${tag}-honest`); i++) {
+  for (let i = 0; i < 20 && !(seen.includes(`${tag}-honest `) && seen.includes(`${tag}-honest6`)); i++) {
     await sleep(500)
     seen = readFileSync(path.join(captureDir, 'udp.log'), 'utf8')
   }
   await sleep(1000)
   seen = readFileSync(path.join(captureDir, 'udp.log'), 'utf8')
   assert.match(seen, new RegExp(`${tag}-honest from ${HOST.replaceAll('.', '\\.')}`), `honest datagram not seen:\n${seen}`)
+  assert.match(seen, new RegExp(`${tag}-honest6 from ${HOST6}\n`), `honest IPv6 datagram not seen (masqueraded to ${HOST6}):\n${seen}`)
   const forged = seen.split('\n').filter((l) => l.startsWith(`${tag}-forged`))
   assert.deepEqual(forged, [], `forged datagrams reached the uplink (sandbox said: ${r.stdout.trim()})`)
 })

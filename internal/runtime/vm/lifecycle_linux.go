@@ -253,7 +253,7 @@ func (r *Runtime) launch(ctx context.Context, cg string, n *netpolicy.Net, m *ma
 	if jc != nil {
 		owner = jc.UID
 	}
-	if err := setupGuestNet(n.NSPath, n.SandboxAddr, owner, owner); err != nil {
+	if err := setupGuestNet(n.NSPath, n.SandboxAddr, n.SandboxAddr6, owner, owner); err != nil {
 		return nil, nil, err
 	}
 	if lim != nil {

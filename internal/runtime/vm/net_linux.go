@@ -17,27 +17,36 @@ import (
 
 // The guest's network, identical in every sandbox so that clones of one
 // snapshot need no reconfiguration.
+// The IPv6 pair is a /126 of Moat's ULA prefix outside every sandbox
+// range (netpolicy maps IPv4 addresses into its ::/96 part; this is
+// fd6d:6f61:7400:ffff::/64).
 var (
-	guestAddr = netip.MustParseAddr("169.254.100.2")
-	tapAddr   = netip.MustParseAddr("169.254.100.1")
+	guestAddr  = netip.MustParseAddr("169.254.100.2")
+	tapAddr    = netip.MustParseAddr("169.254.100.1")
+	guestAddr6 = netip.MustParseAddr("fd6d:6f61:7400:ffff::2")
+	tapAddr6   = netip.MustParseAddr("fd6d:6f61:7400:ffff::1")
 )
 
 const (
-	guestPrefix = 30
-	tapName     = "tap0"
-	guestMAC    = "52:54:00:64:00:02"
-	tapMAC      = "52:54:00:64:00:01"
-	natTable    = "moatvm"
-	guardTable  = "moatvmguard"
+	guestPrefix  = 30
+	guestPrefix6 = 126
+	natTable6    = "moatvm6"
+	tapName      = "tap0"
+	guestMAC     = "52:54:00:64:00:02"
+	tapMAC       = "52:54:00:64:00:01"
+	natTable     = "moatvm"
+	guardTable   = "moatvmguard"
 )
 
 // setupGuestNet runs inside the sandbox's netns (nsPath): a persistent tap
 // for QEMU, owned by uid and gid (QEMU's, so that it can attach without
 // CAP_NET_ADMIN; 0 for a QEMU running as root), forwarding, nftables NAT
 // that maps sandboxAddr to the guest and masquerades the guest's own
-// traffic, and the guest's anti-spoofing rules (installGuard). Everything
-// dies with the netns.
-func setupGuestNet(nsPath string, sandboxAddr netip.Addr, uid, gid int) error {
+// traffic, and the guest's anti-spoofing rules (installGuard). With IPv6
+// (sandboxAddr6 valid) the tap is also the guest's IPv6 gateway and the
+// guest's IPv6 traffic is masqueraded to sandboxAddr6 (setupGuestNet6).
+// Everything dies with the netns.
+func setupGuestNet(nsPath string, sandboxAddr, sandboxAddr6 netip.Addr, uid, gid int) error {
 	return inNetns(nsPath, func(ns netns.NsHandle) error {
 		tap := &netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: tapName}, Mode: netlink.TUNTAP_MODE_TAP,
 			Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR | netlink.TUNTAP_ONE_QUEUE, Owner: uint32(uid), Group: uint32(gid)}
@@ -65,6 +74,11 @@ func setupGuestNet(nsPath string, sandboxAddr netip.Addr, uid, gid int) error {
 		}
 		if err := installNAT(int(ns), sandboxAddr); err != nil {
 			return err
+		}
+		if sandboxAddr6.IsValid() {
+			if err := setupGuestNet6(int(ns), link); err != nil {
+				return err
+			}
 		}
 		return installGuard(int(ns))
 	})
@@ -137,9 +151,10 @@ func installNAT(nsFd int, sandboxAddr netip.Addr) error {
 }
 
 // installGuard adds table netdev moatvmguard: on the tap's ingress (what
-// the guest sends) only IPv4 from the guest's address and ARP naming it as
-// sender pass; everything else (another source address, IPv6, other
-// ethertypes) is counted and dropped. Defence in depth: the host drops
+// the guest sends) only IPv4 from the guest's address, ARP naming it as
+// sender and the guest's IPv6 (guard6Rules) pass; everything else (another
+// source address, forged neighbour advertisements, other ethertypes) is
+// counted and dropped. Defence in depth: the host drops
 // forged sources at the sandbox's veth too (netpolicy's antispoof), but a
 // packet from a forged source never reaches this namespace's NAT here.
 func installGuard(nsFd int) error {
@@ -171,8 +186,11 @@ func installGuard(nsFd int) error {
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 14, Len: 4},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: g[:]},
 		&expr.Verdict{Kind: expr.VerdictAccept})})
-	// The rest (forged ARP, IPv6, other ethertypes) is dropped by the
-	// policy; count it first.
+	for _, r := range guard6Rules(proto(unix.ETH_P_IPV6)) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: r})
+	}
+	// The rest (forged ARP, forged IPv6, other ethertypes) is dropped by
+	// the policy; count it first.
 	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: []expr.Any{&expr.Counter{}}})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables guard in netns: %w", err)

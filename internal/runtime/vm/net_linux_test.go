@@ -65,6 +65,15 @@ func TestGuestAntiSpoof(t *testing.T) {
 	if forged < before+2 {
 		t.Errorf("forged pings: %d drops, want at least %d", forged, before+2)
 	}
+	// IPv6: the guest's own address reaches its gateway, another does not.
+	sh(t, h, "busybox ping -c 1 -W 3 "+tapAddr6.String()+" >/dev/null")
+	sh(t, h, "busybox ip -6 addr add fd6d:6f61:7400:ffff::3/126 dev eth0 && sleep 2") // past duplicate address detection
+	if out, err := run(h, "root", 30*time.Second, "busybox", "ping", "-c", "2", "-W", "1", "-I", "fd6d:6f61:7400:ffff::3", tapAddr6.String()); err == nil {
+		t.Errorf("an IPv6 ping from a forged source was answered: %q", out)
+	}
+	if _, other6 := guardDrops(t, h.ID); other6 < other+2 {
+		t.Errorf("forged IPv6 pings: %d other drops, want at least %d", other6, other+2)
+	}
 	t.Logf("dropped: %d IPv4 from forged sources, %d other (IPv6 and the like)", forged, other)
 	// The guest still works.
 	if code, err := health(h, 5*time.Second); err != nil || code != 204 {

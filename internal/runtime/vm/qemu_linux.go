@@ -46,7 +46,8 @@ func (m *machine) kernelArgs() string {
 	a := []string{"console=ttyS0", "quiet", "panic=-1", "reboot=t", "rdinit=/init",
 		"cryptomgr.notests", "initcall_blacklist=init_kprobe_trace,load_system_certificate_list",
 		"mitigations=off", "no_timer_check", "random.trust_cpu=on",
-		"moat.addr=" + guestAddr.String() + "/" + strconv.Itoa(guestPrefix), "moat.gw=" + tapAddr.String()}
+		"moat.addr=" + guestAddr.String() + "/" + strconv.Itoa(guestPrefix), "moat.gw=" + tapAddr.String(),
+		"moat.addr6=" + guestAddr6.String() + "/" + strconv.Itoa(guestPrefix6), "moat.gw6=" + tapAddr6.String()}
 	if m.TSCkHz > 0 {
 		// microvm has no HPET or PM timer: without this the TSC calibration
 		// against the PIT fails under TCG and the boot hangs.

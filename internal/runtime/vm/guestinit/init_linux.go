@@ -50,7 +50,16 @@ func boot() error {
 		return fmt.Errorf("sethostname: %w", err)
 	}
 	writeEtc(args[ArgHostname])
-	return network(args[ArgAddr], args[ArgGateway])
+	if err := network(args[ArgAddr], args[ArgGateway]); err != nil {
+		return err
+	}
+	if args[ArgAddr6] != "" {
+		// Not fatal: a guest without IPv6 still works over IPv4.
+		if err := network6(args[ArgAddr6], args[ArgGateway6]); err != nil {
+			fmt.Fprintln(os.Stderr, "moat-vminit: IPv6:", err)
+		}
+	}
+	return nil
 }
 
 // cmdline reads the moat.* keys of /proc/cmdline, with defaults.
@@ -173,6 +182,34 @@ func writeEtc(hostname string) {
 		_ = os.Remove(p) // it may be a dangling symlink
 		_ = os.WriteFile(p, []byte(c), 0o644)
 	}
+}
+
+// network6 gives the (raised) eth0 the IPv6 address addr, usable at once
+// (no duplicate address detection: the link holds the guest and its
+// gateway only), and a default route via gw; eth0 ignores router
+// advertisements.
+func network6(addr, gw string) error {
+	eth, err := netlink.LinkByName("eth0")
+	if err != nil {
+		return fmt.Errorf("eth0: %w", err)
+	}
+	_ = os.WriteFile("/proc/sys/net/ipv6/conf/eth0/accept_ra", []byte("0"), 0o644)
+	a, err := netlink.ParseAddr(addr)
+	if err != nil {
+		return fmt.Errorf("address %q: %w", addr, err)
+	}
+	a.Flags |= unix.IFA_F_NODAD
+	if err := netlink.AddrAdd(eth, a); err != nil {
+		return fmt.Errorf("address %s: %w", addr, err)
+	}
+	ip := net.ParseIP(gw)
+	if ip == nil {
+		return fmt.Errorf("gateway %q: not an address", gw)
+	}
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: ip}); err != nil {
+		return fmt.Errorf("default route via %s: %w", gw, err)
+	}
+	return nil
 }
 
 // network raises lo and eth0 with addr and a default route via gw.
