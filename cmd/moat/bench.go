@@ -22,6 +22,8 @@ func newBenchCmd() *cobra.Command {
 		n        int
 		baseline bool
 		vmJail   bool
+		tplBuild bool
+		verbose  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -30,6 +32,9 @@ func newBenchCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if vmJail {
 				return benchJail(cmd, dataDir, tmpl, n)
+			}
+			if tplBuild {
+				return benchTemplateBuild(cmd, dataDir, n, verbose)
 			}
 			cfg := bench.Config{Client: cf.client(), Template: tmpl, N: n}
 			if baseline {
@@ -51,6 +56,10 @@ func newBenchCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&baseline, "baseline", true, "also time a bare OCI run of the template rootfs (needs root and --data-dir)")
 	cmd.Flags().BoolVar(&vmJail, "vm-jail", false,
 		"instead: microVM create→first command with QEMU jailed vs not jailed, in this process (needs root and --data-dir; no server)")
+	cmd.Flags().BoolVar(&tplBuild, "template-build", false,
+		"instead: template build from a Debian image cold, fully cached and with the last step changed, in this process "+
+			"(needs root, --data-dir with the base template, the Debian mirror; no server; -n rounds, default 3)")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "with --template-build: print every build's log")
 	return cmd
 }
 

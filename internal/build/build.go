@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,15 @@ type Config struct {
 	// kind errdefs.ErrNotImplemented saying why).
 	Runner   Runner
 	NoRunner error
+	// LayerMaxAge, MaxLayers and LayerMinFree bound the layer cache (see
+	// GC): a layer no template was built from goes when unused for
+	// LayerMaxAge (default 7 days), and the least recently used such
+	// layers go beyond MaxLayers of them (default 100) and while the
+	// filesystem has less than LayerMinFree of its space free (default
+	// 0.1; layers share unchanged files, so a count says little of size).
+	LayerMaxAge  time.Duration
+	MaxLayers    int
+	LayerMinFree float64
 }
 
 // LogEntry is one line of a build's log (E2B's BuildLogEntry).
@@ -41,8 +51,9 @@ type LogEntry struct {
 
 // Manager runs builds in the background. It is safe for concurrent use.
 type Manager struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	cache layerStore
 
 	mu   sync.Mutex
 	logs map[string][]LogEntry // guarded by mu; by build ID, of builds run by this process
@@ -70,13 +81,24 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Minute
 	}
+	if cfg.LayerMaxAge <= 0 {
+		cfg.LayerMaxAge = 7 * 24 * time.Hour
+	}
+	if cfg.MaxLayers <= 0 {
+		cfg.MaxLayers = 100
+	}
+	if cfg.LayerMinFree <= 0 {
+		cfg.LayerMinFree = 0.1
+	}
 	if n, err := cfg.DB.FailUnfinishedBuilds(ctx, "the server restarted during the build"); err != nil {
 		return nil, err
 	} else if n > 0 {
 		cfg.Logger.Warn("template builds interrupted by a restart marked failed", "builds", n)
 	}
 	bctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	return &Manager{cfg: cfg, log: cfg.Logger, logs: map[string][]LogEntry{}, ctx: bctx, stop: stop}, nil
+	m := &Manager{cfg: cfg, log: cfg.Logger, cache: newLayerStore(cfg.DataDir), logs: map[string][]LogEntry{}, ctx: bctx, stop: stop}
+	m.wg.Go(m.collect) // what earlier processes left
+	return m, nil
 }
 
 // Close cancels running builds and waits for them.
@@ -89,15 +111,13 @@ func (m *Manager) Close() {
 // b must be waiting; a build that was already started is
 // errdefs.ErrFailedPrecondition. Errors of Compile come back before
 // anything starts, and the build stays waiting (the SDK can send a fixed
-// request).
+// request); so does the refusal of RUN and COPY without a Runner.
+// startCmd and readyCmd need no Runner: they are stored with the template
+// and run by the orchestrator at each create, on any runtime.
 func (m *Manager) Start(ctx context.Context, b store.Build, spec Spec) error {
 	plan, err := Compile(spec)
 	if err != nil {
 		return err
-	}
-	if (plan.Config.StartCmd != "" || plan.Config.ReadyCmd != "") && m.cfg.Runner == nil {
-		return fmt.Errorf("startCmd and readyCmd (setStartCmd/setReadyCmd) need the container runtime "+
-			"(a microVM would have to run them before its snapshot; not supported yet): %w", errdefs.ErrNotImplemented)
 	}
 	if len(plan.Runs) > 0 && m.cfg.Runner == nil {
 		why := m.cfg.NoRunner
@@ -129,11 +149,10 @@ func (m *Manager) Start(ctx context.Context, b store.Build, spec Spec) error {
 	m.mu.Lock()
 	m.logs[b.ID] = nil
 	m.mu.Unlock()
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
+	m.wg.Go(func() {
 		m.run(b, plan)
-	}()
+		m.collect()
+	})
 	return nil
 }
 
@@ -170,7 +189,7 @@ func (m *Manager) run(b store.Build, plan Plan) {
 		m.mu.Unlock()
 	})
 	start := time.Now()
-	step, err := m.execute(ctx, b, plan)
+	step, err := m.execute(ctx, b, plan, start)
 	// The outcome is recorded even when the build's context ended.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer rcancel()
@@ -183,7 +202,6 @@ func (m *Manager) run(b store.Build, plan Plan) {
 		m.log.Warn("template build failed", "template", b.Name, "build", b.ID, "step", step, "err", err)
 		return
 	}
-	m.logf(b.ID, "info", "", "build finished in %s", time.Since(start).Round(time.Millisecond))
 	m.log.Info("template built", "template", b.Name, "build", b.ID, "duration", time.Since(start))
 }
 
@@ -207,80 +225,81 @@ func errorMessage(err error) string {
 	return "internal error during the build (see the server log)"
 }
 
-// execute builds the rootfs and registers the template; step names the
-// failing step as the SDK counts them: "base", "1".."n" for the steps,
-// "finalize" for the registration.
-func (m *Manager) execute(ctx context.Context, b store.Build, plan Plan) (step string, err error) {
-	step = "base" // until a step's own check fails
-	opts := template.Options{DataDir: m.cfg.DataDir, EnvdPath: m.cfg.EnvdPath, Logger: m.log, Force: plan.Force,
-		Out: &logWriter{m: m, build: b.ID}}
-	// RUN steps run in a build sandbox over the new rootfs, and the steps'
-	// user and workdir are checked in it, before it replaces the
-	// template's: a failing step leaves nothing behind.
-	var base store.TemplateConfig
-	opts.Prepare = func(rootfs string, img *oci.Config) error {
-		if img != nil {
-			base = imageConfig(*img)
-		}
-		if len(plan.Runs) > 0 {
-			if err := m.runSteps(ctx, b, rootfs, base, plan.Runs); err != nil {
-				var ee *ExitError
-				if errors.As(err, &ee) {
-					step = fmt.Sprint(ee.Index)
-				} else {
-					step = fmt.Sprint(plan.Runs[0].Index)
-				}
-				return err
-			}
-		}
-		if err := checkConfig(rootfs, plan.Config); err != nil {
-			step = lastStep(plan.Steps)
-			return err
-		}
-		return nil
+// execute builds the rootfs from cached or new layers, installs it and
+// registers the template; step names the failing step as the SDK counts
+// them: "base", "1".."n" for the steps, "finalize" for the registration.
+// Everything it makes outside the cache is in a work directory removed
+// at the end; a failing step's tree never becomes a layer.
+func (m *Manager) execute(ctx context.Context, b store.Build, plan Plan, start time.Time) (step string, err error) {
+	envdSum, err := template.EnvdSHA256(m.cfg.EnvdPath)
+	if err != nil {
+		return "base", err
 	}
-	if len(plan.Runs) > 0 {
-		opts.Force = true // a fresh rootfs: never run commands over the template in use
+	unlock, _, err := m.cache.lock(false, true)
+	if err != nil {
+		return "base", err
 	}
-	if plan.FromTemplate != "" {
-		m.logf(b.ID, "info", "base", "FROM template %s", plan.FromTemplate)
-	} else {
-		m.logf(b.ID, "info", "base", "FROM image %s", plan.FromImage)
+	defer unlock()
+	work, err := m.cache.workDir()
+	if err != nil {
+		return "base", err
 	}
-	m.logSteps(b.ID, plan.Steps)
-	var res template.Result
-	switch {
-	case plan.FromTemplate != "":
-		src, err := m.cfg.DB.GetTeamTemplate(ctx, b.Team, plan.FromTemplate)
-		if err != nil {
-			return "base", fmt.Errorf("fromTemplate %s: %w", plan.FromTemplate, err)
+	defer func() {
+		if err := os.RemoveAll(work); err != nil {
+			m.log.Error("remove build work dir", "dir", work, "err", err)
 		}
-		if base, err = m.cfg.DB.TemplateConfigOf(ctx, src.ID); err != nil {
-			return "base", err
-		}
-		if res, err = template.BuildFromTemplate(ctx, b.Name, src.RootfsDir, opts); err != nil {
-			if step != "base" { // a step's own error names the step
-				return step, err
-			}
-			return step, fmt.Errorf("fromTemplate %s: %w", plan.FromTemplate, err)
-		}
-	default:
-		ir, err := template.BuildFromImage(ctx, b.Name,
-			template.ImageSource{Ref: plan.FromImage, Credentials: plan.Registry}, opts)
-		if err != nil {
-			if step != "base" {
-				return step, err
-			}
-			return step, fmt.Errorf("fromImage %s: %w", plan.FromImage, err)
-		}
-		res, base = ir.Result, imageConfig(ir.Image.Config)
+	}()
+	bs, err := m.baseLayer(ctx, b, plan, envdSum, work)
+	if err != nil {
+		return "base", err
 	}
-	cfg := over(base, plan.Config)
-	t := store.Template{RootfsDir: res.RootfsDir, CPUCount: b.CPUCount, MemoryMB: b.MemoryMB, EnvdVersion: state.Version}
+	last, keys, step, err := m.runChain(ctx, b, plan, bs, work)
+	if err != nil {
+		return step, err
+	}
+	rootfs, step, err := m.install(ctx, b, plan, last, bs, envdSum, work)
+	if err != nil {
+		return step, err
+	}
+	if err := writeLayerRefs(m.cfg.DataDir, b.Name, keys); err != nil {
+		m.log.Warn("template layers not recorded: GC may remove them", "template", b.Name, "err", err)
+	}
+	cfg := over(bs.cfg, plan.Config)
+	t := store.Template{RootfsDir: rootfs, CPUCount: b.CPUCount, MemoryMB: b.MemoryMB, EnvdVersion: state.Version}
+	// The last line is logged before the build is ready: the SDK stops
+	// polling the log then.
+	m.logf(b.ID, "info", "", "build finished in %s", time.Since(start).Round(time.Millisecond))
 	if err := m.cfg.DB.FinishBuild(ctx, b, t, cfg); err != nil {
 		return "finalize", err
 	}
 	return "", nil
+}
+
+// install makes a hard-link copy of the last layer the template's rootfs
+// (with the final WORKDIR made and USER checked) and returns its path.
+// When the template's rootfs already is a copy of that layer (a fully
+// cached rebuild) it stays as it is: the same tree, and a microVM
+// snapshot made of it stays valid.
+func (m *Manager) install(ctx context.Context, b store.Build, plan Plan, last layer, bs base,
+	envdSum, work string) (rootfs, step string, err error) {
+	key := layerStampPrefix + last.key + "@" + filepath.Base(last.dir)
+	if !plan.Force && template.InstalledCacheKey(m.cfg.DataDir, b.Name) == key {
+		m.logf(b.ID, "info", "", "the template's root filesystem is unchanged")
+		return template.Layout{DataDir: m.cfg.DataDir}.RootfsDir(b.Name), "", nil
+	}
+	tree := filepath.Join(work, "rootfs")
+	if err := linkTree(ctx, last.dir, tree); err != nil {
+		return "", "finalize", err
+	}
+	if err := checkConfig(tree, plan.Config); err != nil {
+		return "", lastStep(plan.Steps), err
+	}
+	res, err := template.Install(b.Name, tree, template.InstallOptions{DataDir: m.cfg.DataDir, Logger: m.log,
+		CacheKey: key, EnvdSHA256: envdSum, Image: bs.image})
+	if err != nil {
+		return "", "finalize", fmt.Errorf("template %s: %w", b.Name, err)
+	}
+	return res.RootfsDir, "", nil
 }
 
 // imageConfig takes an image's ENV and WORKDIR as the template's
@@ -300,54 +319,6 @@ func imageConfig(img oci.Config) store.TemplateConfig {
 	}
 	c.Workdir = img.WorkingDir
 	return c
-}
-
-// logSteps logs the steps that were applied.
-func (m *Manager) logSteps(buildID string, steps []Step) {
-	for i, st := range steps {
-		m.logf(buildID, "info", fmt.Sprint(i+1), "[%d/%d] %s %s", i+1, len(steps), st.Type, strings.Join(st.Args, " "))
-	}
-}
-
-// runSteps runs the RUN and COPY steps in a build sandbox over rootfs,
-// logging each step and its output; the workdirs they use are made first
-// (owned by root, as Docker's WORKDIR) and COPY archives are staged in
-// the rootfs for the sandbox to unpack.
-func (m *Manager) runSteps(ctx context.Context, b store.Build, rootfs string, base store.TemplateConfig, runs []RunStep) error {
-	execs := make([]Exec, len(runs))
-	defer func() {
-		if err := unstage(rootfs); err != nil {
-			m.log.Warn("remove staged COPY archives", "rootfs", rootfs, "err", err)
-		}
-	}()
-	for i, r := range runs {
-		e := resolve(r, base)
-		if err := checkConfig(rootfs, store.TemplateConfig{Workdir: e.Workdir}); err != nil {
-			return fmt.Errorf("step %d: %w", r.Index, err)
-		}
-		if c := r.Copy; c != nil {
-			gz, err := stageCopy(m.cfg.DataDir, b.Team, rootfs, c)
-			if err != nil {
-				return fmt.Errorf("step %d (COPY): %w", r.Index, err)
-			}
-			e = Exec{Index: r.Index, Kind: "COPY", Label: fmt.Sprintf("COPY %s %s", c.Src, c.Dest),
-				Cmd: copyScript(c, c.Dest, e.User, gz), User: "root", Workdir: e.Workdir, Env: e.Env}
-		}
-		execs[i] = e
-	}
-	m.logf(b.ID, "info", "", "starting a build sandbox for %d RUN/COPY step(s)", len(runs))
-	last := 0
-	return m.cfg.Runner.Run(ctx, rootfs, execs, func(e Exec, stream, line string) {
-		if e.Index != last {
-			last = e.Index
-			m.logf(b.ID, "info", fmt.Sprint(e.Index), "%s (as %s)", e.Label, e.User)
-		}
-		level := "info"
-		if stream == "stderr" {
-			level = "warn"
-		}
-		m.logf(b.ID, level, fmt.Sprint(e.Index), "%s", line)
-	})
 }
 
 // checkConfig makes sure the rootfs has cfg's user and creates its workdir
@@ -388,26 +359,4 @@ func lastStep(steps []Step) string {
 		return ""
 	}
 	return fmt.Sprint(len(steps))
-}
-
-// logWriter turns the template builders' progress output into log lines.
-type logWriter struct {
-	m     *Manager
-	build string
-	buf   []byte
-}
-
-func (w *logWriter) Write(p []byte) (int, error) {
-	w.buf = append(w.buf, p...)
-	for {
-		i := strings.IndexAny(string(w.buf), "\r\n")
-		if i < 0 {
-			break
-		}
-		if line := strings.TrimSpace(string(w.buf[:i])); line != "" {
-			w.m.logf(w.build, "info", "", "%s", line)
-		}
-		w.buf = w.buf[i+1:]
-	}
-	return len(p), nil
 }

@@ -257,8 +257,10 @@ func TestBuildFromImage(t *testing.T) {
 }
 
 // fakeRunner stands in for the build sandbox: it records what it was asked
-// to run, prints a line per command and "runs" a command by writing a file
-// into the rootfs; "false" exits 1.
+// to run, prints a line per command and "runs" a command the way the
+// sandbox's changes reach the rootfs: written into an upper dir (ran-<index>
+// and last hold the command; "write PATH TEXT" writes PATH), then applied
+// with applyUpper. "false" exits 1.
 type fakeRunner struct {
 	execs  []Exec
 	rootfs string
@@ -271,6 +273,11 @@ func (f *fakeRunner) Run(_ context.Context, rootfs string, execs []Exec, out fun
 	for _, e := range ents {
 		f.staged = append(f.staged, e.Name())
 	}
+	upper, err := os.MkdirTemp("", "fake-upper-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(upper)
 	for _, e := range execs {
 		f.execs = append(f.execs, e)
 		out(e, "stdout", "running "+e.Cmd)
@@ -278,8 +285,21 @@ func (f *fakeRunner) Run(_ context.Context, rootfs string, execs []Exec, out fun
 			out(e, "stderr", "it failed")
 			return &ExitError{Index: e.Index, Kind: e.Kind, Code: 1}
 		}
+		files := map[string]string{fmt.Sprintf("ran-%d", e.Index): e.Cmd, "last": e.Cmd}
+		if f, ok := strings.CutPrefix(e.Cmd, "write "); ok {
+			p, text, _ := strings.Cut(f, " ")
+			files[p] = text
+		}
+		for p, text := range files {
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(upper, p)), 0o755); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(upper, p), []byte(text), 0o644); err != nil {
+				return err
+			}
+		}
 	}
-	return os.WriteFile(filepath.Join(rootfs, "ran"), []byte(fmt.Sprint(len(execs))), 0o644)
+	return applyUpper(upper, rootfs, idShift{host: 0, size: 1 << 30}, func(string) {})
 }
 
 func TestBuildRunSteps(t *testing.T) {
@@ -324,8 +344,10 @@ func TestBuildRunSteps(t *testing.T) {
 	if fr.rootfs == tpl.RootfsDir {
 		t.Fatal("commands ran over the installed template, not a fresh copy")
 	}
-	if got, _ := os.ReadFile(filepath.Join(tpl.RootfsDir, "ran")); string(got) != "2" {
-		t.Fatalf("the runner's changes are not in the template: %q", got)
+	for _, f := range []string{"ran-2", "ran-6"} {
+		if _, err := os.Stat(filepath.Join(tpl.RootfsDir, f)); err != nil {
+			t.Fatalf("the runner's changes are not in the template: %v", err)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(tpl.RootfsDir, "srv")); err != nil {
 		t.Fatalf("RUN workdir not made: %v", err)
@@ -335,7 +357,7 @@ func TestBuildRunSteps(t *testing.T) {
 		all = append(all, l.Level+" "+l.Step+" "+l.Message)
 	}
 	text := strings.Join(all, "\n")
-	for _, w := range []string{"info 2 RUN echo one (as user)", "info 2 running echo one", "info 6 running echo two"} {
+	for _, w := range []string{"info 2 [2/6] RUN echo one (as user)", "info 2 running echo one", "info 6 running echo two"} {
 		if !strings.Contains(text, w) {
 			t.Fatalf("log lacks %q:\n%s", w, text)
 		}

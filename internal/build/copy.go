@@ -38,7 +38,13 @@ func stageCopy(dataDir, team, rootfs string, c *CopyStep) (gzip bool, err error)
 	if err := root.MkdirAll(stageDir, 0o700); err != nil {
 		return false, err
 	}
-	out, err := root.OpenFile(path.Join(stageDir, c.Hash+".tar"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	// A new file, never an existing one opened for writing: the tree
+	// shares its files' inodes with cached layers.
+	name := path.Join(stageDir, c.Hash+".tar")
+	if err := root.Remove(name); err != nil && !os.IsNotExist(err) {
+		return false, err
+	}
+	out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return false, err
 	}

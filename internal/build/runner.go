@@ -15,7 +15,9 @@ type Runner interface {
 	// overlay over rootfs, streams each output line to out, and when all
 	// exit 0 writes the sandbox's file changes into rootfs. A command
 	// that exits non-zero stops the run with an *ExitError and leaves
-	// rootfs unchanged.
+	// rootfs unchanged. rootfs shares its files' inodes with cached
+	// layers (a hard-link copy): changes replace files (as applyUpper
+	// does), never write into them.
 	Run(ctx context.Context, rootfs string, execs []Exec, out func(e Exec, stream, line string)) error
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -189,6 +190,10 @@ func (s *Server) filesLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := filesLinkJSON{Present: s.builds.HasUpload(team(r), hash)}
+	if out.Present { // the SDK is about to build with it: keep it (see RemoveStaleUploads)
+		now := s.builds.now()
+		_ = os.Chtimes(s.builds.uploadPath(team(r), hash), now, now)
+	}
 	// Always hand out a URL: the SDK uploads again when a COPY forces it.
 	out.URL = s.builds.uploadURL(r, team(r), tid, hash)
 	errhttp.WriteJSON(w, http.StatusCreated, out)
@@ -294,6 +299,7 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.builds.touchUploads(team(r), spec)
 	if err := s.builds.Manager.Start(r.Context(), b, spec); err != nil {
 		s.fail(w, r, err)
 		return
@@ -461,13 +467,7 @@ func (s *Server) deleteTeamTemplate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if t.Name != "" && s.builds != nil && s.builds.DataDir != "" {
-		if err := template.RemoveTemplateFiles(s.builds.DataDir, t.Name); err != nil {
-			// The row is gone; files still used by running sandboxes
-			// are removed by a later build or delete of the name.
-			s.log.Warn("template files kept", "template", t.Name, "err", err)
-		}
-	}
+	s.freeTemplateFiles(r.Context(), t)
 	w.WriteHeader(http.StatusNoContent)
 }
 

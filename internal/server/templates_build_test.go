@@ -20,11 +20,20 @@ import (
 	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
 	"github.com/moatsh/moat/internal/server"
 	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/template"
 )
 
 // newBuildHarness is a server with template builds on, a shared template
 // "mini" with a real (tiny) rootfs, and a clock tests can move.
 func newBuildHarness(t *testing.T) (*harness, *atomic.Int64) {
+	t.Helper()
+	h, now, _ := newBuildHarnessConfig(t)
+	return h, now
+}
+
+// newBuildHarnessConfig is newBuildHarness that also returns the build
+// configuration (its DataDir, its upload GC).
+func newBuildHarnessConfig(t *testing.T) (*harness, *atomic.Int64, *server.BuildConfig) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: builds chown /home/user")
@@ -67,10 +76,10 @@ func newBuildHarness(t *testing.T) (*harness, *atomic.Int64) {
 	t.Cleanup(m.Close)
 	var now atomic.Int64
 	now.Store(time.Now().Unix())
-	ts := httptest.NewServer(server.New(server.Config{Store: env.DB, Orch: env.Orch,
-		Builds: &server.BuildConfig{Manager: m, DataDir: data, Now: func() time.Time { return time.Unix(now.Load(), 0) }}}))
+	bc := &server.BuildConfig{Manager: m, DataDir: data, Now: func() time.Time { return time.Unix(now.Load(), 0) }}
+	ts := httptest.NewServer(server.New(server.Config{Store: env.DB, Orch: env.Orch, Builds: bc}))
 	t.Cleanup(ts.Close)
-	return &harness{t: t, url: ts.URL, key: key, env: env}, &now
+	return &harness{t: t, url: ts.URL, key: key, env: env}, &now, bc
 }
 
 type buildIDs struct {
@@ -145,7 +154,7 @@ func (h *harness) waitBuild(key string, ids buildIDs) (buildInfo, []string) {
 // and user in envd's /init; the template, its builds and its alias are
 // invisible to another team; delete removes it.
 func TestTemplateBuildFlow(t *testing.T) {
-	h, _ := newBuildHarness(t)
+	h, _, bc := newBuildHarnessConfig(t)
 	keyB := h.keyFor("b")
 	ids := h.requestBuild(h.key, "my-tpl")
 	r := h.do("POST", "/v2/templates/"+ids.TemplateID+"/builds/"+ids.BuildID, `{"fromTemplate":"mini","force":false,
@@ -244,6 +253,22 @@ func TestTemplateBuildFlow(t *testing.T) {
 	}
 	h.do("GET", "/templates/aliases/my-tpl", "").errBody(t, 404)
 	h.do("POST", "/v2/sandboxes", `{"templateID":"my-tpl"}`).errBody(t, 404)
+	// Its files stay while its sandbox lives, and go with the next
+	// collection once it is gone (app runs template.RemoveOrphans).
+	tdir := filepath.Join(bc.DataDir, "templates", "my-tpl")
+	if _, err := os.Stat(tdir); err != nil {
+		t.Fatalf("deleted template's directory removed under a live sandbox: %v", err)
+	}
+	if r := h.do("DELETE", "/sandboxes/"+id, ""); r.status != http.StatusNoContent {
+		t.Fatalf("kill: %d %s", r.status, r.body)
+	}
+	if removed, _, err := template.RemoveOrphans(bc.DataDir, map[string]bool{"mini": true}, 0, nil); err != nil ||
+		len(removed) != 1 || removed[0] != "my-tpl" {
+		t.Fatalf("orphans removed %v, %v", removed, err)
+	}
+	if _, err := os.Stat(tdir); !os.IsNotExist(err) {
+		t.Fatalf("deleted template's directory: %v", err)
+	}
 }
 
 // TestTemplateBuildValidation: every route's refusals, with E2B error
@@ -287,7 +312,6 @@ func TestTemplateBuildValidation(t *testing.T) {
 		{"start: run", "POST", start, `{"fromTemplate":"mini","steps":[{"type":"ENV","args":["A","1"]},{"type":"RUN","args":["false"]}]}`, "", 501, "step 2 (RUN)"},
 		{"start: copy never uploaded", "POST", start, `{"fromTemplate":"mini","steps":[{"type":"COPY","args":["a","/a","",""],"filesHash":"` + hash + `"}]}`, "", 400, "files " + hash + " were never uploaded"},
 		{"start: copy bad hash", "POST", start, `{"fromTemplate":"mini","steps":[{"type":"COPY","args":["a","/a"],"filesHash":"zz"}]}`, "", 400, "filesHash"},
-		{"start: start command", "POST", start, `{"fromTemplate":"mini","startCmd":"srv","readyCmd":"true"}`, "", 501, "startCmd"},
 		{"start: aws registry", "POST", start, `{"fromImage":"x","fromImageRegistry":{"type":"aws","awsAccessKeyId":"a"}}`, "", 501, `type "aws"`},
 		{"start: registry no password", "POST", start, `{"fromImage":"x","fromImageRegistry":{"type":"registry","username":"u"}}`, "", 400, "password"},
 		{"start: bad JSON", "POST", start, `{"steps":{}}`, "", 400, "steps"},
@@ -321,7 +345,7 @@ func TestTemplateBuildValidation(t *testing.T) {
 // origin; the upload works without an API key, only for the signed hash,
 // team and time, and then the team (only) sees the files as present.
 func TestTemplateUploads(t *testing.T) {
-	h, now := newBuildHarness(t)
+	h, now, bc := newBuildHarnessConfig(t)
 	keyB := h.keyFor("b")
 	ids := h.requestBuild(h.key, "up")
 	content := "tar bytes"
@@ -380,6 +404,10 @@ func TestTemplateUploads(t *testing.T) {
 	now.Add(2 * 3600)
 	put(raw, content).errBody(t, 403)
 	now.Add(-2 * 3600)
+	// None of the refused uploads left a file.
+	if left, _ := filepath.Glob(filepath.Join(bc.DataDir, "build-files", "*", "*")); len(left) != 0 {
+		t.Fatalf("refused uploads left files: %v", left)
+	}
 	// Uploads are not bound by the API's 1 MiB body cap.
 	big := strings.Repeat("x", 3*server.MaxBodyBytes)
 	if r := put(raw, big); r.status != 200 {

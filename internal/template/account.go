@@ -135,8 +135,10 @@ func ensureUser(root *os.Root) (Account, error) {
 	if err := root.MkdirAll(home, 0o750); err != nil {
 		return Account{}, err
 	}
-	if err := root.Lchown(home, acc.UID, acc.GID); err != nil {
-		return Account{}, err
+	if fi, err := root.Lstat(home); err == nil && fi.IsDir() { // never a shared inode (see finalize)
+		if err := root.Lchown(home, acc.UID, acc.GID); err != nil {
+			return Account{}, err
+		}
 	}
 	return acc, nil
 }

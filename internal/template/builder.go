@@ -220,6 +220,9 @@ func fullBuild(ctx context.Context, def Definition, lay Layout, opts Options, lo
 func keepIfInUse(rootfs, old string, log *slog.Logger) {
 	inUse, err := inUseAsLowerdir(rootfs)
 	if err == nil && !inUse {
+		inUse, err = inUseAsLowerdir(old)
+	}
+	if err == nil && !inUse {
 		return
 	}
 	keep, err := os.MkdirTemp(filepath.Dir(rootfs), oldDirPattern)
@@ -240,7 +243,11 @@ func removeStaleBuilds(dir string, log *slog.Logger) {
 	stale, _ := filepath.Glob(filepath.Join(dir, buildDirPattern))
 	if inUse, err := inUseAsLowerdir(filepath.Join(dir, "rootfs")); err == nil && !inUse {
 		old, _ := filepath.Glob(filepath.Join(dir, oldDirPattern))
-		stale = append(stale, old...)
+		for _, o := range old {
+			if inUse, err := isMountRoot(filepath.Join(o, "rootfs")); err == nil && !inUse {
+				stale = append(stale, o)
+			}
+		}
 	}
 	for _, s := range stale {
 		if err := removeTree(s); err != nil {

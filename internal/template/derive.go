@@ -57,10 +57,7 @@ func BuildFromTemplate(ctx context.Context, name, baseRootfs string, opts Option
 		}
 	}()
 	target := filepath.Join(work, "rootfs")
-	if err := copyTree(ctx, baseRootfs, target); err != nil {
-		return Result{}, fmt.Errorf("template %s: copy base rootfs: %w", name, err)
-	}
-	if err := finalize(target, opts.EnvdPath); err != nil {
+	if err := CopyRootfs(ctx, baseRootfs, target, opts.EnvdPath); err != nil {
 		return Result{}, fmt.Errorf("template %s: %w", name, err)
 	}
 	if opts.Prepare != nil {
@@ -68,6 +65,63 @@ func BuildFromTemplate(ctx context.Context, name, baseRootfs string, opts Option
 			return Result{}, err
 		}
 	}
+	res, err := Install(name, target, InstallOptions{DataDir: opts.DataDir, Logger: log,
+		CacheKey: "derived:" + newBuildID(), EnvdSHA256: envdSum})
+	if err != nil {
+		return Result{}, err
+	}
+	res.Duration = time.Since(start)
+	log.Info("template built from template", "template", name, "base", baseRootfs)
+	return res, nil
+}
+
+// CopyRootfs copies the root filesystem src to dst (which must not exist;
+// see copyTree) and installs envd and the static files into the copy.
+func CopyRootfs(ctx context.Context, src, dst, envdPath string) error {
+	if err := copyTree(ctx, src, dst); err != nil {
+		return fmt.Errorf("copy base rootfs: %w", err)
+	}
+	return finalize(dst, envdPath)
+}
+
+// InstalledCacheKey is the cache key the stamp of template name records
+// for its current rootfs ("" when it has none or no rootfs).
+func InstalledCacheKey(dataDir, name string) string {
+	lay := Layout{DataDir: dataDir}
+	st, ok := readStamp(lay.StampPath(name))
+	if !ok || !isDir(lay.RootfsDir(name)) {
+		return ""
+	}
+	return st.CacheKey
+}
+
+// InstallOptions describe a finished root filesystem for Install.
+type InstallOptions struct {
+	DataDir    string // required
+	Logger     *slog.Logger
+	CacheKey   string     // what the tree was made from, recorded in the stamp
+	EnvdSHA256 string     // of the envd in the tree
+	Image      *ImageInfo // the image it came from, recorded in image.json; nil removes an old one
+}
+
+// Install makes tree, a complete root filesystem on the data directory's
+// filesystem, the rootfs of template name: under the template's lock it
+// is swapped into <DataDir>/templates/<name>/rootfs (readers never see it
+// missing) with a new build ID and stamp. The replaced rootfs ends up at
+// tree for the caller to remove or, while sandboxes use it, beside the
+// new one until a later build removes it. Install writes nothing into the
+// tree, which may share its files' inodes with cached layers (hard links):
+// an installed rootfs is only ever read (a read-only lower dir, the
+// source of a VM image).
+func Install(name, tree string, o InstallOptions) (Result, error) {
+	if !nameRE.MatchString(name) {
+		return Result{}, fmt.Errorf("template name %q: %w", name, errdefs.ErrInvalidArgument)
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	lay := Layout{DataDir: o.DataDir}
 	if err := os.MkdirAll(lay.TemplateDir(name), 0o755); err != nil {
 		return Result{}, err
 	}
@@ -77,36 +131,24 @@ func BuildFromTemplate(ctx context.Context, name, baseRootfs string, opts Option
 	}
 	defer unlock()
 	removeStaleBuilds(lay.TemplateDir(name), log)
-	res := Result{Name: name, RootfsDir: lay.RootfsDir(name), BuildID: newBuildID(), CacheKey: "derived:" + newBuildID()}
+	res := Result{Name: name, RootfsDir: lay.RootfsDir(name), BuildID: newBuildID(), CacheKey: o.CacheKey}
+	// No stamp while the rootfs is being replaced (see fullBuild).
 	if err := os.Remove(lay.StampPath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return Result{}, fmt.Errorf("remove stamp: %w", err)
 	}
-	if err := swapDirs(target, res.RootfsDir); err != nil {
+	if err := swapDirs(tree, res.RootfsDir); err != nil {
 		return Result{}, fmt.Errorf("install rootfs: %w", err)
 	}
-	keepIfInUse(res.RootfsDir, target, log)
-	st := stamp{CacheKey: res.CacheKey, BuildID: res.BuildID, EnvdSHA256: envdSum, BuiltAt: time.Now().UTC()}
-	if err := writeStamp(lay.StampPath(name), st); err != nil {
-		return Result{}, err
+	keepIfInUse(res.RootfsDir, tree, log)
+	if o.Image != nil {
+		ir := ImageResult{Result: res, Image: *o.Image}
+		return res, writeImageState(lay, name, &ir, o.EnvdSHA256)
 	}
-	res.Duration = time.Since(start)
-	log.Info("template built from template", "template", name, "base", baseRootfs)
-	return res, nil
-}
-
-// RemoveTemplateFiles deletes <DataDir>/templates/<name> unless running
-// sandboxes still use its rootfs (errdefs.ErrFailedPrecondition then).
-func RemoveTemplateFiles(dataDir, name string) error {
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("template name %q: %w", name, errdefs.ErrInvalidArgument)
+	if err := os.Remove(lay.ImageInfoPath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return Result{}, fmt.Errorf("remove image info: %w", err)
 	}
-	lay := Layout{DataDir: dataDir}
-	if inUse, err := inUseAsLowerdir(lay.RootfsDir(name)); err != nil {
-		return err
-	} else if inUse {
-		return fmt.Errorf("template %s: running sandboxes use it: %w", name, errdefs.ErrFailedPrecondition)
-	}
-	return removeTree(lay.TemplateDir(name))
+	st := stamp{CacheKey: res.CacheKey, BuildID: res.BuildID, EnvdSHA256: o.EnvdSHA256, BuiltAt: time.Now().UTC()}
+	return res, writeStamp(lay.StampPath(name), st)
 }
 
 // copyTree copies the directory src to dst (which must not exist) with

@@ -24,7 +24,10 @@ var staticFiles = []struct {
 }
 
 // finalize installs envd and the static files into the rootfs at dir. It is
-// idempotent and also used to refresh a cached rootfs.
+// idempotent and also used to refresh a cached rootfs. Like every writer
+// of a rootfs it replaces files (unlink and create, or rename) and never
+// writes into an existing file's inode: trees may share inodes with cached
+// build layers (see package build).
 func finalize(dir, envdPath string) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -42,8 +45,13 @@ func finalize(dir, envdPath string) error {
 	if err := root.MkdirAll("home/user", 0o750); err != nil {
 		return fmt.Errorf("finalize rootfs: %w", err)
 	}
-	if err := root.Chown("home/user", 1000, 1000); err != nil {
-		return fmt.Errorf("finalize rootfs: %w", err)
+	// Only a real directory is chowned: a symlink or file there may be
+	// an inode the tree shares with a cached layer (hard links), and
+	// nothing writes into those.
+	if fi, err := root.Lstat("home/user"); err == nil && fi.IsDir() {
+		if err := root.Lchown("home/user", 1000, 1000); err != nil {
+			return fmt.Errorf("finalize rootfs: %w", err)
+		}
 	}
 	return nil
 }

@@ -82,17 +82,55 @@ func mountsUnder(dir string) ([]string, error) {
 	return out, sc.Err()
 }
 
-// inUseAsLowerdir reports whether an overlay mount visible here uses dir as
-// a lower layer (a running sandbox of the template). Overlayfs reports the
-// path given at mount time, so this also matches mounts made from an older
-// tree that was swapped out at the same path.
+// inUseAsLowerdir reports whether a running sandbox uses the tree at dir:
+// an overlay mount visible here has dir as a lower layer (overlayfs
+// reports the path given at mount time, so this also matches mounts made
+// from an older tree that was swapped out at the same path), or a mount
+// has the tree as its root (the container runtime's idmapped view of a
+// template, wherever the tree has moved since).
 func inUseAsLowerdir(dir string) (bool, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return false, fmt.Errorf("read mounts: %w", err)
 	}
 	defer f.Close()
-	return hasLowerdir(f, dir)
+	if ok, err := hasLowerdir(f, dir); ok || err != nil {
+		return ok, err
+	}
+	return isMountRoot(dir)
+}
+
+// isMountRoot reports whether a mount other than one on dir itself (a
+// bind or idmapped mount) shows the directory dir as its root: a mount
+// point on dir's filesystem whose root has dir's inode. It follows the
+// tree, not its path, so it finds mounts of a tree renamed since.
+func isMountRoot(dir string) (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, fmt.Errorf("stat %s: %w", dir, err)
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("read mounts: %w", err)
+	}
+	defer f.Close()
+	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 || fields[2] != dev {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		var m unix.Stat_t
+		if mp != dir && unix.Stat(mp, &m) == nil && m.Dev == st.Dev && m.Ino == st.Ino {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
 }
 
 // hasLowerdir scans a mountinfo table for an overlay with lower layer dir.

@@ -1,8 +1,12 @@
 package template
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestHasLowerdir(t *testing.T) {
@@ -38,5 +42,46 @@ func TestUnescapeMount(t *testing.T) {
 		if got := unescapeMount(tt.in); got != tt.want {
 			t.Errorf("unescapeMount(%q) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestIsMountRoot: a bind mount of a tree (as the container runtime's
+// idmapped view of a template is) keeps the tree in use after it was
+// renamed, until the mount goes.
+func TestIsMountRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts")
+	}
+	dir := t.TempDir()
+	tree, mnt, moved := filepath.Join(dir, "rootfs"), filepath.Join(dir, "lower"), filepath.Join(dir, "old")
+	for _, d := range []string{tree, mnt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := inUseAsLowerdir(tree); ok || err != nil {
+		t.Fatalf("before the mount: %v, %v", ok, err)
+	}
+	if err := unix.Mount(tree, mnt, "", unix.MS_BIND, ""); err != nil {
+		t.Skipf("bind mount: %v", err)
+	}
+	mounted := true
+	defer func() {
+		if mounted {
+			_ = unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+	}()
+	if err := os.Rename(tree, moved); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := inUseAsLowerdir(moved); !ok || err != nil {
+		t.Fatalf("mounted tree, renamed: %v, %v", ok, err)
+	}
+	if err := unix.Unmount(mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+	mounted = false
+	if ok, err := inUseAsLowerdir(moved); ok || err != nil {
+		t.Fatalf("after the unmount: %v, %v", ok, err)
 	}
 }

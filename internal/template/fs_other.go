@@ -25,3 +25,4 @@ func removeTree(dir string) error { return os.RemoveAll(dir) }
 func lockFile(string) (func(), error) { return func() {}, nil }
 
 func inUseAsLowerdir(string) (bool, error) { return false, nil }
+func isMountRoot(string) (bool, error)     { return false, nil }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
@@ -192,18 +193,8 @@ func buildImageRootfs(ctx context.Context, name string, src ImageSource, img *oc
 	if err := os.Mkdir(target, 0o755); err != nil {
 		return fmt.Errorf("create work dir: %w", err)
 	}
-	prog.Line("I: unpacking layers")
-	uopts := []oci.UnpackOpt{oci.WithUnpackLogger(log)}
-	if src.MaxSize > 0 {
-		uopts = append(uopts, oci.WithMaxSize(src.MaxSize))
-	}
-	st, err := oci.Unpack(ctx, img.Layers, target, uopts...)
-	if err != nil {
-		return err
-	}
-	prog.Line(fmt.Sprintf("I: unpacked %d entries (%d MB); installing envd and the sandbox user",
-		st.Entries, st.Bytes>>20))
-	if res.Image.User, err = finalizeImage(target, opts.EnvdPath); err != nil {
+	prog.Line("I: unpacking layers; installing envd and the sandbox user")
+	if res.Image.User, err = UnpackImage(ctx, img, target, src.MaxSize, opts.EnvdPath, log); err != nil {
 		return err
 	}
 	if opts.Prepare != nil {
@@ -211,27 +202,14 @@ func buildImageRootfs(ctx context.Context, name string, src ImageSource, img *oc
 			return err
 		}
 	}
-
-	if err := os.MkdirAll(lay.TemplateDir(name), 0o755); err != nil {
+	r, err := Install(name, target, InstallOptions{DataDir: opts.DataDir, Logger: log,
+		CacheKey: res.Result.CacheKey, EnvdSHA256: envdSum, Image: &res.Image})
+	if err != nil {
 		return err
 	}
-	unlock, err := lockFile(lay.LockPath(name))
-	if err != nil {
-		return fmt.Errorf("lock: %w", err)
-	}
-	defer unlock()
-	removeStaleBuilds(lay.TemplateDir(name), log)
-	res.Result.BuildID = newBuildID()
-	// As in fullBuild: no stamp while the rootfs is being replaced.
-	if err := os.Remove(lay.StampPath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove stamp: %w", err)
-	}
-	if err := swapDirs(target, lay.RootfsDir(name)); err != nil {
-		return fmt.Errorf("install rootfs: %w", err)
-	}
-	keepIfInUse(lay.RootfsDir(name), target, log)
+	res.Result.BuildID = r.BuildID
 	log.Info("template built from image", "template", name, "image", img.Digest, "rootfs", lay.RootfsDir(name))
-	return writeImageState(lay, name, res, envdSum)
+	return nil
 }
 
 func writeImageState(lay Layout, name string, res *ImageResult, envdSum string) error {
@@ -288,3 +266,66 @@ func envdInRootfs(rootfs string) (string, error) {
 	defer root.Close()
 	return rootfsFileSHA256(root, EnvdPathInRootfs)
 }
+
+// PullImage resolves src and makes its blobs available in the data
+// directory's image cache (see package oci), without unpacking anything.
+// Errors carry the kinds of oci.Pull.
+func PullImage(ctx context.Context, dataDir string, src ImageSource, log *slog.Logger) (*oci.Image, error) {
+	if src.Ref == "" {
+		return nil, fmt.Errorf("image reference is empty: %w", errdefs.ErrInvalidArgument)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return pullImage(ctx, Layout{DataDir: dataDir}, src, log)
+}
+
+// ImageCacheKey names what an image becomes once unpacked and finalized
+// (its manifest digest and platform, and the version of what
+// finalizeImage adds), without envd, whose hash the caller adds.
+func ImageCacheKey(img *oci.Image) string { return imageCacheKey(img) }
+
+// UnpackImage unpacks img (pulled with PullImage) into dst, an existing
+// empty directory, and makes it a sandbox rootfs like BuildFromImage:
+// base directories, static files, envd and the sandbox user, without
+// running anything in it. maxSize caps the unpacked size (0:
+// oci.DefaultMaxSize).
+func UnpackImage(ctx context.Context, img *oci.Image, dst string, maxSize int64, envdPath string, log *slog.Logger) (Account, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	uopts := []oci.UnpackOpt{oci.WithUnpackLogger(log)}
+	if maxSize > 0 {
+		uopts = append(uopts, oci.WithMaxSize(maxSize))
+	}
+	if _, err := oci.Unpack(ctx, img.Layers, dst, uopts...); err != nil {
+		return Account{}, err
+	}
+	return finalizeImage(dst, envdPath)
+}
+
+// ReadAccount returns the sandbox user's account as the rootfs at dir
+// records it (errdefs.ErrNotFound when it has none).
+func ReadAccount(dir string) (Account, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return Account{}, fmt.Errorf("open rootfs: %w", err)
+	}
+	defer root.Close()
+	passwd, err := readDB(root, "etc/passwd", "")
+	if err != nil {
+		return Account{}, fmt.Errorf("read /etc/passwd: %w", err)
+	}
+	u, ok := passwd.find(SandboxUser)
+	if !ok {
+		return Account{}, fmt.Errorf("no %s account in /etc/passwd: %w", SandboxUser, errdefs.ErrNotFound)
+	}
+	acc := Account{Name: SandboxUser, UID: u.id, GID: u.gid}
+	if f := strings.Split(u.line, ":"); len(f) == 7 {
+		acc.Shell = f[6]
+	}
+	return acc, nil
+}
+
+// EnvdSHA256 is the hex sha256 of the envd binary at path.
+func EnvdSHA256(path string) (string, error) { return hostFileSHA256(path) }

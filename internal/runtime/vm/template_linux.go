@@ -84,6 +84,9 @@ func (r *Runtime) ensureSnapshot(ctx context.Context, spec runtime.Spec) (*snaps
 	mu := r.snapLock(s.Dir)
 	mu.Lock()
 	defer mu.Unlock()
+	// PruneTemplates keeps what was handed out recently: the caller is
+	// about to put an overlay over it.
+	defer touch(tdir, s.Dir)
 	if _, err := os.Stat(filepath.Join(s.Dir, readyFile)); err == nil {
 		return s, nil
 	}
@@ -96,6 +99,14 @@ func (r *Runtime) ensureSnapshot(ctx context.Context, spec runtime.Spec) (*snaps
 		return nil, fmt.Errorf("template %s: snapshot: %w", spec.TemplateID, err)
 	}
 	return s, nil
+}
+
+// touch sets the modification time of paths to now (best effort).
+func touch(paths ...string) {
+	now := time.Now()
+	for _, p := range paths {
+		_ = os.Chtimes(p, now, now)
+	}
 }
 
 // takeSnapshot boots the template with RAM in a shared file, waits for envd

@@ -1,0 +1,303 @@
+package vm
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/moatsh/moat/internal/runtime"
+)
+
+// pruneStats says what a prune removed.
+type pruneStats struct {
+	Dirs      int   // template directories (templates/<name>-<stamp>) removed
+	Snapshots int   // stale snapshot directories removed from current templates
+	Bytes     int64 // disk space freed (allocated blocks)
+}
+
+// PruneTemplates removes the template images (see prune) and returns the
+// bytes freed.
+func (r *Runtime) PruneTemplates(ctx context.Context, current []runtime.Spec, busy []string, minAge time.Duration) (int64, error) {
+	st, err := r.prune(ctx, current, busy, minAge)
+	if st.Dirs+st.Snapshots > 0 {
+		r.log.InfoContext(ctx, "template images pruned", "dirs", st.Dirs, "snapshots", st.Snapshots, "freed_mib", st.Bytes>>20)
+	}
+	return st.Bytes, err
+}
+
+// prune removes the template images (templates/<key>, see the
+// package doc) nothing needs any more: those of templates that are gone
+// or were rebuilt (their stamp changed: new rootfs or envd), and, inside
+// the directories of current templates, snapshots taken with another
+// guest kernel, initramfs (moat-vminit) or image layout. current lists
+// the templates that exist (TemplateID and RootfsDir; each keeps the
+// directory of its current build); busy lists template IDs a create is
+// using right now (every directory of theirs is kept).
+//
+// Never removed, whatever the lists say: a directory or snapshot on the
+// qcow2 backing chain of a sandbox's disk (running or paused) or of a
+// snapshot's disk (Runtime.Snapshot), a directory whose snapshot is still
+// being taken (no ready file), and anything modified less than minAge
+// ago (ensureSnapshot touches what it hands out, which covers a create
+// between choosing its snapshot and making its overlay). An error reading
+// a backing chain stops the prune before anything is removed.
+func (r *Runtime) prune(ctx context.Context, current []runtime.Spec, busy []string, minAge time.Duration) (pruneStats, error) {
+	used, err := r.chainUsers()
+	if err != nil {
+		return pruneStats{}, fmt.Errorf("prune templates: %w", err)
+	}
+	keep := map[string]bool{}
+	for _, s := range current {
+		keep[templateKey(s)] = true
+	}
+	busyPrefix := make([]string, 0, len(busy))
+	for _, id := range busy {
+		busyPrefix = append(busyPrefix, templateKey(runtime.Spec{TemplateID: id, RootfsDir: "/nonexistent"}))
+	}
+	bootLine := ""
+	if bf, err := r.bootFiles(); err == nil {
+		bootLine = fmt.Sprintf("boot %s %s", bf.Version, bf.Key)
+	}
+	entries, err := os.ReadDir(filepath.Join(r.dir, "templates"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return pruneStats{}, fmt.Errorf("prune templates: %w", err)
+	}
+	var st pruneStats
+	cutoff := time.Now().Add(-minAge)
+	var errs []error
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			break
+		}
+		dir := filepath.Join(r.dir, "templates", e.Name())
+		if !e.IsDir() || hasKeyPrefix(e.Name(), busyPrefix) {
+			continue
+		}
+		if keep[e.Name()] {
+			errs = append(errs, r.pruneSnapshots(dir, bootLine, used, cutoff, &st))
+			continue
+		}
+		if !removable(dir, used, cutoff) {
+			continue
+		}
+		n := diskUsage(dir)
+		if err := removeTemplateDir(dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		st.Dirs++
+		st.Bytes += n
+		r.log.InfoContext(ctx, "template image removed", "dir", dir, "freed_mib", n>>20)
+	}
+	return st, errors.Join(errs...)
+}
+
+// hasKeyPrefix reports whether the directory name belongs to one of the
+// templates whose keys (any stamp) are given.
+func hasKeyPrefix(name string, keys []string) bool {
+	for _, k := range keys {
+		if i := strings.LastIndexByte(k, '-'); i > 0 && strings.HasPrefix(name, k[:i+1]) {
+			return true
+		}
+	}
+	return false
+}
+
+// pruneSnapshots removes, from a current template's directory, snapshots
+// whose meta names another boot (kernel + initramfs) or image than this
+// process would take, and image files of an older layout.
+func (r *Runtime) pruneSnapshots(dir, bootLine string, used fileSet, cutoff time.Time, st *pruneStats) error {
+	if bootLine == "" {
+		return nil // the guest kernel is unknown: nothing to compare with
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		stale := false
+		switch {
+		case e.IsDir() && strings.HasPrefix(e.Name(), "snap-"):
+			stale = isReady(p) && !metaHas(filepath.Join(p, "meta"), bootLine, "image "+imageName)
+		case !e.IsDir() && strings.HasSuffix(e.Name(), ".ext4") && e.Name() != imageName:
+			stale = true // rootfs.ext4 of an older image layout
+		}
+		if !stale || used.has(p) || !olderThan(p, cutoff) {
+			continue
+		}
+		n := diskUsage(p)
+		if err := removeTemplateDir(p); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		st.Snapshots++
+		st.Bytes += n
+		r.log.Info("stale template snapshot removed", "path", p, "freed_mib", n>>20)
+	}
+	return errors.Join(errs...)
+}
+
+// removable reports whether a template directory of no current template
+// can go: nothing uses it, no snapshot is being taken in it, nothing in it
+// was touched since cutoff.
+func removable(dir string, used fileSet, cutoff time.Time) bool {
+	if used.has(dir) || !olderThan(dir, cutoff) {
+		return false
+	}
+	snaps, _ := filepath.Glob(filepath.Join(dir, "snap-*"))
+	for _, s := range snaps {
+		if used.has(s) || !isReady(s) || !olderThan(s, cutoff) {
+			return false
+		}
+	}
+	return true
+}
+
+func isReady(snapDir string) bool {
+	_, err := os.Stat(filepath.Join(snapDir, readyFile))
+	return err == nil
+}
+
+func olderThan(p string, cutoff time.Time) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.ModTime().Before(cutoff)
+}
+
+// metaHas reports whether the snapshot meta file has every line of want.
+func metaHas(path string, want ...string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	have := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		have[strings.TrimSpace(sc.Text())] = true
+	}
+	for _, w := range want {
+		if !have[w] {
+			return false
+		}
+	}
+	return true
+}
+
+// removeTemplateDir removes a template directory or snapshot, first
+// detaching QEMU log mounts a crashed boot may have left in it.
+func removeTemplateDir(p string) error {
+	snaps, _ := filepath.Glob(filepath.Join(p, "snap-*"))
+	for _, s := range append(snaps, p) {
+		_ = unmountQEMULog(s)
+	}
+	if err := os.RemoveAll(p); err != nil {
+		return fmt.Errorf("remove %s: %w", p, err)
+	}
+	return nil
+}
+
+// fileSet identifies files and directories by device and inode, so that
+// paths spelled differently (relative backing names, symlinked data
+// directories) still match.
+type fileSet map[[2]uint64]bool
+
+func fileID(p string) ([2]uint64, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		return [2]uint64{}, false
+	}
+	return [2]uint64{st.Dev, st.Ino}, true
+}
+
+func (s fileSet) add(p string) {
+	if id, ok := fileID(p); ok {
+		s[id] = true
+	}
+}
+
+func (s fileSet) has(p string) bool {
+	id, ok := fileID(p)
+	return ok && s[id]
+}
+
+// chainUsers collects every file on the backing chains of the sandboxes'
+// and snapshots' disks, with the directory holding it and that
+// directory's parent (a template snapshot and its template directory).
+func (r *Runtime) chainUsers() (fileSet, error) {
+	var disks []string
+	for _, pattern := range []string{"sandboxes/*/disk.qcow2", "snapshots/*/disk.qcow2"} {
+		m, err := filepath.Glob(filepath.Join(r.dir, pattern))
+		if err != nil {
+			return nil, err
+		}
+		disks = append(disks, m...)
+	}
+	used := fileSet{}
+	for _, d := range disks {
+		if err := used.addChain(d); err != nil {
+			return nil, err
+		}
+	}
+	return used, nil
+}
+
+// addChain adds the backing files of disk (and their directories). A
+// file that does not exist ends the chain (nothing there to keep); any
+// other error reading a header is returned.
+func (s fileSet) addChain(disk string) error {
+	cur := disk
+	for i := 0; i < 8; i++ {
+		next, err := qcow2Backing(cur)
+		if err != nil {
+			if _, serr := os.Stat(cur); errors.Is(serr, fs.ErrNotExist) {
+				return nil // the sandbox went away meanwhile, or a broken chain
+			}
+			return fmt.Errorf("backing chain of %s: %w", disk, err)
+		}
+		if next == "" {
+			return nil
+		}
+		if !filepath.IsAbs(next) {
+			next = filepath.Join(filepath.Dir(cur), next)
+		}
+		s.add(next)
+		s.add(filepath.Dir(next))
+		s.add(filepath.Dir(filepath.Dir(next)))
+		cur = next
+	}
+	return fmt.Errorf("backing chain of %s: too long", disk)
+}
+
+// diskUsage is the space the files under p take (allocated blocks; a file
+// linked twice counts once).
+func diskUsage(p string) int64 {
+	var n int64
+	seen := map[[2]uint64]bool{}
+	_ = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			id := [2]uint64{st.Dev, st.Ino}
+			if !seen[id] {
+				seen[id] = true
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
+}
