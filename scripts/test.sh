@@ -8,7 +8,9 @@
 #      (256 MiB, 1 GiB, 2 GiB against plain migrate-to-file; ~4 minutes),
 #      the QEMU jail's cost on microVM create (jailed vs not), and creates
 #      per second through the API (1 client vs the configured concurrency)
-#   4. the end-to-end suites in test/e2e with the official e2b npm SDK
+#   4. the end-to-end suites in test/e2e with the official e2b npm SDK, then
+#      the commands, files and isolation suites again on a custom template
+#      (`e2e-custom`, built by templates.test.mjs)
 #   5. a final host leak check (no moat containers, netns, veths, mounts,
 #      loop devices left)
 #
@@ -75,6 +77,8 @@ if [ "${MOAT_TEST_SKIP_BENCH:-0}" != 1 ]; then
   log "benchmark: microVM create→first command with and without the QEMU jail (moat bench --vm-jail)"
   bin/moat bench --vm-jail -n "${MOAT_BENCH_JAIL_ROUNDS:-5}" --data-dir "$MOAT_DATA_DIR" 2>&1 |
     grep -v 'level=' || failed+=("jail benchmark")
+  log "benchmark: template build cold vs fully cached vs last step changed (moat bench --template-build)"
+  bin/moat bench --template-build --data-dir "$MOAT_DATA_DIR" 2>&1 | grep -v 'level=' || failed+=("template build benchmark")
   log "benchmark: creates per second through the API (go test -bench BenchmarkCreateThroughput)"
   go test ./cmd/moat/ -run '^$' -bench BenchmarkCreateThroughput -benchtime=1x -count=1 -timeout 20m 2>&1 |
     grep -v 'level=INFO' || failed+=("create throughput benchmark")
@@ -88,7 +92,10 @@ e2e() { # runtime suites...
   log "end-to-end suites on runtime '$rt' (test/e2e, e2b $(node -p "require('./test/e2e/package.json').dependencies.e2b")): $*"
   (
     cd test/e2e
-    MOAT_E2E_RUNTIME=$rt node --test --test-concurrency=1 --test-timeout=600000 --test-force-exit "$@"
+    # domains.test.mjs's proxy benchmark (no policy vs a domain allow list;
+    # adds ~6 s) prints its medians in every run, on containers.
+    bench=; [ "$rt" = container ] && [ "${MOAT_TEST_SKIP_BENCH:-0}" != 1 ] && bench=1
+    MOAT_E2E_RUNTIME=$rt MOAT_E2E_BENCH=${MOAT_E2E_BENCH:-$bench} node --test --test-concurrency=1 --test-timeout=600000 --test-force-exit "$@"
   ) || {
     failed+=("e2e ($rt)")
     for f in "$MOAT_E2E_LOG_DIR"/*.log; do
@@ -103,6 +110,14 @@ all_suites=$(cd test/e2e && echo ${MOAT_E2E_SUITES:-$(ls ./*.test.mjs)})
 for rt in ${MOAT_E2E_RUNTIMES:-container vm}; do
   # shellcheck disable=SC2086
   e2e "$rt" $all_suites
+  # templates.test.mjs leaves `e2e-custom` (built from an OCI image in its
+  # own registry, with aptInstall, copy, envs, workdir, user, runCmd):
+  # sandboxes from it must pass the same command, file and isolation suites.
+  case " $all_suites " in
+  *templates.test.mjs*)
+    MOAT_E2E_TEMPLATE=e2e-custom e2e "$rt" ./commands.test.mjs ./files.test.mjs ./isolation.test.mjs
+    ;;
+  esac
 done
 
 log "final host leak check"

@@ -154,12 +154,16 @@ func newSandboxCreateCmd(cf *clientFlags) *cobra.Command {
 }
 
 func newSandboxListCmd(cf *clientFlags) *cobra.Command {
-	return &cobra.Command{
+	var pools bool
+	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
-		Short:   "List running sandboxes",
+		Short:   "List running sandboxes (--pool: the server's warm pools)",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if pools {
+				return listPools(cmd, cf)
+			}
 			list, err := cf.client().ListSandboxes(cmd.Context())
 			if err != nil {
 				return err
@@ -178,6 +182,22 @@ func newSandboxListCmd(cf *clientFlags) *cobra.Command {
 			return w.Flush()
 		},
 	}
+	cmd.Flags().BoolVar(&pools, "pool", false, "show the warm pools (moat serve --pool) instead: template, size, ready")
+	return cmd
+}
+
+// listPools prints the server's warm pools.
+func listPools(cmd *cobra.Command, cf *clientFlags) error {
+	list, err := cf.client().ListPools(cmd.Context())
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "TEMPLATE\tSIZE\tREADY")
+	for _, p := range list {
+		fmt.Fprintf(w, "%s\t%d\t%d\n", p.Template, p.Size, p.Ready)
+	}
+	return w.Flush()
 }
 
 func newSandboxExecCmd(cf *clientFlags) *cobra.Command {

@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/app"
+	"github.com/moatsh/moat/internal/orchestrator"
 	_ "github.com/moatsh/moat/internal/runtime/container" // registers runtime "container"
 	_ "github.com/moatsh/moat/internal/runtime/vm"        // registers runtime "vm"
 	"github.com/moatsh/moat/internal/store"
@@ -19,6 +22,7 @@ func newServeCmd() *cobra.Command {
 	var (
 		cfg   app.Config
 		accel string
+		pools []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -31,6 +35,10 @@ func newServeCmd() *cobra.Command {
 				if err := os.Setenv("MOAT_VM_ACCEL", accel); err != nil {
 					return err
 				}
+			}
+			var err error
+			if cfg.Pools, err = parsePools(pools); err != nil {
+				return err
 			}
 			cfg.Logger = slog.Default()
 			cfg.Stdout, cfg.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
@@ -57,8 +65,32 @@ func newServeCmd() *cobra.Command {
 		"sandboxes may reserve this many times the host's memory; beyond that creates get 503")
 	f.Float64Var(&cfg.Capacity.DiskOvercommit, "disk-overcommit", 8,
 		"sandboxes may reserve this many times the data dir's filesystem (disks are sparse)")
+	f.StringArrayVar(&pools, "pool", nil,
+		"keep N warm sandboxes of TEMPLATE ready for creates: TEMPLATE=N (repeatable)")
 	return cmd
 }
+
+// parsePools reads --pool TEMPLATE=N values.
+func parsePools(vals []string) ([]orchestrator.PoolSpec, error) {
+	var out []orchestrator.PoolSpec
+	seen := map[string]bool{}
+	for _, v := range vals {
+		name, n, ok := strings.Cut(v, "=")
+		size, err := strconv.Atoi(n)
+		if !ok || name == "" || err != nil || size < 0 || size > maxPoolSize {
+			return nil, fmt.Errorf("--pool %q: want TEMPLATE=N with 0 <= N <= %d", v, maxPoolSize)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("--pool %q: template %s given twice", v, name)
+		}
+		seen[name] = true
+		out = append(out, orchestrator.PoolSpec{Template: name, Size: size})
+	}
+	return out, nil
+}
+
+// maxPoolSize bounds one warm pool.
+const maxPoolSize = 1000
 
 func newAPIKeyCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "apikey", Short: "Manage API keys"}

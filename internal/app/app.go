@@ -47,6 +47,9 @@ type Config struct {
 	Admission admission.Config
 	Capacity  admission.Capacity
 
+	// Pools keeps warm sandboxes per template (orchestrator.PoolSpec).
+	Pools []orchestrator.PoolSpec
+
 	Stdout, Stderr io.Writer // default os.Stdout / os.Stderr
 	EnvdPort       int       // envd's port in sandboxes (default 49983; tests change it)
 	// EnvdPath is the envd binary installed into templates built over the
@@ -138,12 +141,15 @@ func Serve(ctx context.Context, cfg Config) error {
 	runCtx, stopReaper := context.WithCancel(ctx)
 	defer stopReaper()
 	go orch.Run(runCtx)
+	orch.StartPools(runCtx)
+	defer func() { stopReaper(); orch.WaitPools() }() // the pools kill their members
 
 	builds, err := newBuilds(ctx, cfg, db, rt)
 	if err != nil {
 		return err
 	}
 	defer builds.Manager.Close()
+	go runGC(runCtx, &collector{log: log, dataDir: cfg.DataDir, db: db, orch: orch, builds: builds})
 	api := server.New(server.Config{Store: db, Orch: orch, Logger: log, Builds: builds})
 	px := proxy.New(proxy.Config{Resolver: resolver{orch}, Domain: cfg.Domain, EnvdPort: cfg.EnvdPort, Logger: log})
 	srv := newHTTPServer(api, px, log)
@@ -247,7 +253,7 @@ func newOrchestrator(cfg Config, db *store.DB, rt runtime.Runtime) (*orchestrato
 	adm := cfg.Admission
 	adm.Room = capacity.Room
 	orch, err := orchestrator.New(orchestrator.Config{Store: db, Runtime: rt, Logger: cfg.Logger,
-		MaxTimeout: cfg.MaxTimeout, EnvdPort: cfg.EnvdPort, Admission: admission.New(adm)})
+		MaxTimeout: cfg.MaxTimeout, EnvdPort: cfg.EnvdPort, Admission: admission.New(adm), Pools: cfg.Pools})
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,9 @@ type Config struct {
 	// once and refuses what the host has no room for; nil admits all.
 	Admission *admission.Controller
 
+	// Pools are the warm pools StartPools keeps filled (see pool.go).
+	Pools []PoolSpec
+
 	EnvdPort     int           // envd's port inside the sandbox (default 49983; tests change it)
 	ReadyTimeout time.Duration // how long Create waits for envd (default 30 s)
 	HTTPClient   *http.Client  // for envd /health and /init
@@ -92,6 +95,13 @@ type Orchestrator struct {
 
 	mu   sync.RWMutex
 	live map[string]*entry // guarded by mu; only running/paused (and transitional) sandboxes
+	// creating counts the creates under way per template ID (guarded by
+	// mu), so that template garbage collection leaves their files alone.
+	creating map[string]int
+
+	poolMu sync.Mutex
+	pools  []*pool // guarded by poolMu
+	poolWG sync.WaitGroup
 
 	// snapUse is held shared by creates from a snapshot while the runtime
 	// copies it, and exclusively by DeleteSnapshot, so a delete waits for
@@ -134,7 +144,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second}
 	}
 	return &Orchestrator{cfg: cfg, db: cfg.Store, rt: cfg.Runtime, log: cfg.Logger,
-		http: cfg.HTTPClient, live: map[string]*entry{}}, nil
+		http: cfg.HTTPClient, live: map[string]*entry{}, creating: map[string]int{}}, nil
 }
 
 // MaxTimeout is the longest lifetime a sandbox may be given.
@@ -156,6 +166,11 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 	if err != nil {
 		return store.Sandbox{}, err
 	}
+	if snap == nil {
+		if sb, ok := o.createPooled(ctx, req, tpl, store.Network{AllowOut: allowOut, DenyOut: denyOut}); ok {
+			return sb, nil
+		}
+	}
 	spec, err := o.spec(tpl, req)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -167,6 +182,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 		envVars = mergeEnv(snap.EnvVars, req.EnvVars)
 	}
 	sb := o.newSandbox(req, tpl, spec, envVars, store.Network{AllowOut: allowOut, DenyOut: denyOut})
+	defer o.holdTemplate(tpl.ID)()
 	release, err := o.admit(ctx, "create", admission.Need{MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB})
 	if err != nil {
 		return store.Sandbox{}, err
@@ -511,11 +527,12 @@ func (o *Orchestrator) admit(ctx context.Context, op string, need admission.Need
 }
 
 // Reserved is what the live sandboxes reserve on the host: the memory of
-// running ones (a paused microVM holds none) and the disk of all.
+// running ones (a paused microVM holds none) and the disk of all, plus the
+// warm pools' members.
 func (o *Orchestrator) Reserved() admission.Need {
+	n := o.poolReserved()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var n admission.Need
 	for _, e := range o.live {
 		if e.gone {
 			continue

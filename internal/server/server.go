@@ -84,6 +84,7 @@ func (s *Server) routes() {
 	m.HandleFunc("DELETE /templates/{id}", s.auth(s.deleteTeamTemplate))
 	s.buildRoutes()
 	m.HandleFunc("PUT /sandboxes/{id}/network", s.auth(s.withID(s.updateNetwork)))
+	m.HandleFunc("GET /moat/pools", s.auth(s.listPools))
 	// Parts of the E2B API Moat does not implement yet answer 501 rather
 	// than a 404 the SDKs would read as "sandbox not found".
 	for _, p := range []string{"GET /sandboxes/{id}/logs",

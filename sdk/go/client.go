@@ -292,3 +292,20 @@ func (c *Client) Connect(ctx context.Context, id string, timeout time.Duration) 
 	}
 	return c.sandbox(out), status == http.StatusCreated, nil
 }
+
+// PoolInfo is one of the server's warm pools (moat serve --pool).
+type PoolInfo struct {
+	Template string `json:"template"`
+	Size     int    `json:"size"`  // members it keeps
+	Ready    int    `json:"ready"` // members ready now
+}
+
+// ListPools lists the server's warm pools (GET /moat/pools, a Moat
+// extension).
+func (c *Client) ListPools(ctx context.Context) ([]PoolInfo, error) {
+	var out []PoolInfo
+	if err := c.do(ctx, http.MethodGet, "/moat/pools", nil, http.StatusOK, &out); err != nil {
+		return nil, fmt.Errorf("list pools: %w", err)
+	}
+	return out, nil
+}

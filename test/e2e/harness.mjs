@@ -84,8 +84,9 @@ export async function runMoat(args, { timeoutMs = 120_000 } = {}) {
 
 // MoatServer is one `moat serve` process owned by a test file.
 export class MoatServer {
-  constructor({ dataDir: dir = dataDir } = {}) {
+  constructor({ dataDir: dir = dataDir, extraArgs = [] } = {}) {
     this.dataDir = dir
+    this.extraArgs = extraArgs // more `moat serve` flags
     this.proc = null
     this.port = 0
     this.url = ''
@@ -102,6 +103,7 @@ export class MoatServer {
     this.url = `http://127.0.0.1:${this.port}`
     const args = ['serve', '--addr', `127.0.0.1:${this.port}`, '--data-dir', this.dataDir]
     if (process.env.MOAT_E2E_RUNTIME) args.push('--runtime', process.env.MOAT_E2E_RUNTIME)
+    args.push(...this.extraArgs)
     const proc = spawn(moatBin, args, { stdio: ['ignore', 'pipe', 'pipe'] })
     this.proc = proc
     let ready = false
