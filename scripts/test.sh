@@ -115,7 +115,7 @@ for rt in ${MOAT_E2E_RUNTIMES:-container vm}; do
   # sandboxes from it must pass the same command, file and isolation suites.
   case " $all_suites " in
   *templates.test.mjs*)
-    MOAT_E2E_TEMPLATE=e2e-custom e2e "$rt" ./commands.test.mjs ./files.test.mjs ./isolation.test.mjs
+    MOAT_E2E_TEMPLATE=e2e-custom MOAT_E2E_WORKDIR=/opt/app e2e "$rt" ./commands.test.mjs ./files.test.mjs ./isolation.test.mjs
     ;;
   esac
 done

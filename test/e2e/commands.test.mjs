@@ -62,7 +62,9 @@ test('env vars: per-command and from Sandbox.create', { timeout: 120_000 }, asyn
 
 test('cwd', { timeout: 120_000 }, async () => {
   assert.equal((await within(60_000, 'pwd /tmp', () => sbx.commands.run('pwd', { cwd: '/tmp' }))).stdout.trim(), '/tmp')
-  assert.equal((await within(60_000, 'pwd default', () => sbx.commands.run('pwd'))).stdout.trim(), '/home/user')
+  // A template's WORKDIR is its sandboxes' default (MOAT_E2E_WORKDIR names it).
+  const workdir = process.env.MOAT_E2E_WORKDIR || '/home/user'
+  assert.equal((await within(60_000, 'pwd default', () => sbx.commands.run('pwd'))).stdout.trim(), workdir)
   const bad = await run(sbx, 'pwd', { cwd: '/does/not/exist' }).catch((e) => e)
   assert.ok(bad instanceof Error || bad.exitCode !== 0, 'a missing cwd is an error')
 })

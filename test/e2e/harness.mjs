@@ -8,6 +8,7 @@
 //   MOAT_E2E_API_URL    reuse an already running server instead of starting one
 //   MOAT_E2E_API_KEY    API key for that server (required with MOAT_E2E_API_URL)
 //   MOAT_E2E_TEMPLATE   template to create sandboxes from (default "base")
+//   MOAT_E2E_WORKDIR    that template's default working directory (default /home/user)
 //   MOAT_RUNC_ROOT      extra runc/crun state root for the leak check
 //
 // Each test file calls useServer() once at top level. It starts one
