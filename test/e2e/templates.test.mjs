@@ -56,7 +56,9 @@ test('Template.build fromTemplate with env, runCmd, workdir and user', { timeout
   const name = alias('tpl')
   const logs = []
   let tpl = Template().fromTemplate(template).setEnvs({ A: '1', GREETING: 'hello world' })
-  tpl = tpl.runCmd('echo hi > /tmp/x && echo "built by $(whoami) with A=$A in $(pwd)"')
+  // The tag makes the step new in every run: its output is in this build's
+  // log rather than a layer cached by an earlier run.
+  tpl = tpl.runCmd(`echo hi > /tmp/x && echo "built by $(whoami) with A=$A in $(pwd)" # ${randomUUID()}`)
   tpl = tpl.setWorkdir('/tmp').setUser('root')
   tpl = tpl.runCmd(['mkdir -p /opt/made', 'echo root > /opt/made/by'])
   const built = await within(300_000, 'Template.build', () =>
