@@ -7,6 +7,7 @@
 #   MOAT_DATA_DIR          data dir whose templates/ cache is filled (default /var/lib/moat)
 #   MOAT_SETUP_SKIP_APT=1  do not touch apt at all
 #   MOAT_SETUP_FORCE_APT=1 run apt-get update/install even if everything is present
+#   MOAT_SETUP_SKIP_RUNSC=1 keep Debian's runsc (no current runsc in /usr/local/bin)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -25,6 +26,8 @@ PACKAGES=(
   runc crun mmdebstrap debian-archive-keyring uidmap
   nftables iptables iproute2 busybox-static e2fsprogs
   curl ca-certificates openssl procps psmisc util-linux make git
+  # gVisor runtime: Debian's runsc (see the current one built below)
+  runsc
   # microVM runtime: QEMU (TCG where KVM does not work) and Debian's cloud kernel
   qemu-system-x86 qemu-utils linux-image-cloud-amd64
   # code interpreter tests run real Jupyter kernels on the host
@@ -57,6 +60,19 @@ fi
 
 log "make build"
 make build
+
+# Debian 12's runsc (0.0~20221219) answers statx with AT_NO_AUTOMOUNT with
+# EINVAL, so `ls -l` and `stat` fail in its sandboxes. A current runsc is
+# built from gVisor's Go module (its "go" branch, pinned) into
+# /usr/local/bin, which comes first on PATH; the gvisor runtime uses it.
+# Takes about a minute (module download and build); skipped once present.
+RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237
+if [ "${MOAT_SETUP_SKIP_RUNSC:-0}" != 1 ] && ! grep -qs "$RUNSC_VERSION" /usr/local/lib/moat-runsc.version; then
+  log "build runsc $RUNSC_VERSION into /usr/local/bin (gVisor's Go module)"
+  GOBIN=/usr/local/bin CGO_ENABLED=0 go install -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$RUNSC_VERSION" \
+    "gvisor.dev/gvisor/runsc@$RUNSC_VERSION"
+  mkdir -p /usr/local/lib && echo "$RUNSC_VERSION" >/usr/local/lib/moat-runsc.version
+fi
 
 log "template build base (data dir $MOAT_DATA_DIR)"
 mkdir -p "$MOAT_DATA_DIR"

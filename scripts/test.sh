@@ -17,7 +17,11 @@
 # Environment:
 #   MOAT_CI_DATA_DIR    test data dir (default /var/lib/moat-ci)
 #   MOAT_E2E_SUITES     space-separated suite files to run (default: all *.test.mjs)
-#   MOAT_E2E_RUNTIMES   runtimes to run the suites on (default: "container vm")
+#   MOAT_E2E_RUNTIMES   runtimes to run the suites on (default: "container vm gvisor");
+#                       gvisor runs only MOAT_E2E_GVISOR_SUITES, and runtimes.test.mjs
+#                       (all three in one server) runs once after the loop
+#   MOAT_E2E_GVISOR_SUITES suites run on gvisor (default: commands files
+#                       interpreter isolation lifecycle pause)
 #   MOAT_TEST_SKIP_GO=1 skip go vet / go test
 #   MOAT_TEST_SKIP_BENCH=1 skip the benchmarks
 set -euo pipefail
@@ -79,13 +83,16 @@ if [ "${MOAT_TEST_SKIP_BENCH:-0}" != 1 ]; then
     grep -v 'level=' || failed+=("jail benchmark")
   log "benchmark: template build cold vs fully cached vs last step changed (moat bench --template-build)"
   bin/moat bench --template-build --data-dir "$MOAT_DATA_DIR" 2>&1 | grep -v 'level=' || failed+=("template build benchmark")
+  log "benchmark: container create→first command unpooled, pooled, vs bare crun; 20 creates at once (moat bench --start)"
+  bin/moat bench --start -n "${MOAT_BENCH_START_ROUNDS:-10}" --data-dir "$MOAT_DATA_DIR" 2>&1 | grep -v 'level=' || failed+=("start benchmark")
   log "benchmark: creates per second through the API (go test -bench BenchmarkCreateThroughput)"
   go test ./cmd/moat/ -run '^$' -bench BenchmarkCreateThroughput -benchtime=1x -count=1 -timeout 20m 2>&1 |
     grep -v 'level=INFO' || failed+=("create throughput benchmark")
 fi
 
 # The same suites run once per runtime: containers (crun/runc), then microVMs
-# (QEMU; TCG on hosts like CI where KVM cannot boot a guest).
+# (QEMU; TCG on hosts like CI where KVM cannot boot a guest), then gVisor
+# (runsc) for the suites in MOAT_E2E_GVISOR_SUITES.
 e2e() { # runtime suites...
   local rt=$1
   shift
@@ -107,18 +114,32 @@ e2e() { # runtime suites...
 }
 # shellcheck disable=SC2086
 all_suites=$(cd test/e2e && echo ${MOAT_E2E_SUITES:-$(ls ./*.test.mjs)})
-for rt in ${MOAT_E2E_RUNTIMES:-container vm}; do
+gvisor_suites=" ${MOAT_E2E_GVISOR_SUITES:-commands files interpreter isolation lifecycle pause} "
+for rt in ${MOAT_E2E_RUNTIMES:-container vm gvisor}; do
+  suites=
+  for s in $all_suites; do
+    n=$(basename "$s" .test.mjs)
+    [ "$n" = runtimes ] && continue # all runtimes in one server: once, below
+    [ "$rt" = gvisor ] && [ "${gvisor_suites/ $n /}" = "$gvisor_suites" ] && continue
+    suites+=" $s"
+  done
+  [ "$rt" = gvisor ] && { e2e "$rt" $suites; continue; } # no custom-template rerun on gvisor
   # shellcheck disable=SC2086
-  e2e "$rt" $all_suites
+  e2e "$rt" $suites
   # templates.test.mjs leaves `e2e-custom` (built from an OCI image in its
   # own registry, with aptInstall, copy, envs, workdir, user, runCmd):
-  # sandboxes from it must pass the same command, file and isolation suites.
+  # sandboxes from it must pass the same command, file, isolation and network
+  # policy suites.
   case " $all_suites " in
   *templates.test.mjs*)
-    MOAT_E2E_TEMPLATE=e2e-custom MOAT_E2E_WORKDIR=/opt/app e2e "$rt" ./commands.test.mjs ./files.test.mjs ./isolation.test.mjs
+    MOAT_E2E_TEMPLATE=e2e-custom MOAT_E2E_WORKDIR=/opt/app e2e "$rt" ./commands.test.mjs ./files.test.mjs ./isolation.test.mjs ./netpolicy.test.mjs
     ;;
   esac
 done
+
+case " $all_suites " in
+*runtimes.test.mjs*) e2e "container,gvisor,vm" ./runtimes.test.mjs ;;
+esac
 
 log "final host leak check"
 leaks="$(
@@ -128,10 +149,12 @@ leaks="$(
     done
     ip netns list 2>/dev/null | grep -E '^moat-[a-z0-9]+( |$)'
     ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^mh' 
-    grep -E "$MOAT_DATA_DIR/(vm/)?sandboxes/" /proc/self/mountinfo
+    grep -E "$MOAT_DATA_DIR/(vm/|gvisor/)?sandboxes/" /proc/self/mountinfo
     grep -sH "$MOAT_DATA_DIR/sandboxes/" /sys/block/loop*/loop/backing_file
     [ -d "$MOAT_DATA_DIR/sandboxes" ] && find "$MOAT_DATA_DIR/sandboxes" -mindepth 1 -maxdepth 1
     [ -d "$MOAT_DATA_DIR/vm/sandboxes" ] && find "$MOAT_DATA_DIR/vm/sandboxes" -mindepth 1 -maxdepth 1
+    [ -d "$MOAT_DATA_DIR/gvisor/sandboxes" ] && find "$MOAT_DATA_DIR/gvisor/sandboxes" -mindepth 1 -maxdepth 1
+    [ -d /run/moat/runsc ] && runsc --root /run/moat/runsc list 2>/dev/null | grep -F "$MOAT_DATA_DIR/gvisor/sandboxes/"
     pgrep -af 'qemu-system.* -name moat-'
     find /sys/fs/cgroup -mindepth 2 -maxdepth 3 -type d -path '*/moat/*' 2>/dev/null
   } || true

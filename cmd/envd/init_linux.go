@@ -10,9 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// runInit is PID 1's job: start envd again as a child, forward termination
-// signals to it, and reap every zombie (orphans reparent to PID 1) until the
-// child exits; it returns the child's exit code.
+// runInit is PID 1's job where package reaper cannot tell envd's own
+// children from orphans (no pidfds): start envd again as a child, forward
+// termination signals to it, and reap every zombie (orphans reparent to
+// PID 1) until the child exits; it returns the child's exit code.
 func runInit() int {
 	exe, err := os.Executable()
 	if err != nil {

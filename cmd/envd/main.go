@@ -1,7 +1,8 @@
 // Command envd is Moat's in-sandbox agent, wire-compatible with E2B's envd:
 // it serves the process and filesystem Connect services and the plain HTTP
-// API on port 49983. Inside a container it is the entry process, so as PID 1
-// it re-executes itself as a child and reaps orphans. With --host it runs as
+// API on port 49983. Inside a container it is the entry process: as PID 1
+// it also reaps orphans (package reaper; on kernels without pidfds it
+// re-executes itself as a child and reaps as the parent). With --host it runs as
 // a plain process (for tests), mapping root and user to the current account.
 package main
 
@@ -17,10 +18,11 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/moatsh/moat/internal/envd/reaper"
 	"github.com/moatsh/moat/internal/envd/server"
 )
 
-// childEnv marks the re-executed child of a PID-1 envd.
+// childEnv marks the re-executed child of a PID-1 envd (kernels without pidfds).
 const childEnv = "ENVD_CHILD"
 
 type options struct {
@@ -34,7 +36,10 @@ type options struct {
 
 func main() {
 	if os.Getpid() == 1 && os.Getenv(childEnv) == "" {
-		os.Exit(runInit())
+		if !reaper.Supported() {
+			os.Exit(runInit()) // old kernel: a second process waits for orphans
+		}
+		reaper.Start() // one process: orphans are reaped beside the server
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "envd:", err)

@@ -23,7 +23,9 @@ func newBenchCmd() *cobra.Command {
 		baseline bool
 		vmJail   bool
 		tplBuild bool
+		start    bool
 		verbose  bool
+		runtimes []string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -33,10 +35,13 @@ func newBenchCmd() *cobra.Command {
 			if vmJail {
 				return benchJail(cmd, dataDir, tmpl, n)
 			}
+			if start {
+				return benchStart(cmd, dataDir, tmpl, n)
+			}
 			if tplBuild {
 				return benchTemplateBuild(cmd, dataDir, n, verbose)
 			}
-			cfg := bench.Config{Client: cf.client(), Template: tmpl, N: n}
+			cfg := bench.Config{Client: cf.client(), Template: tmpl, N: n, Runtimes: runtimes}
 			if baseline {
 				cfg.RootfsDir = template.Layout{DataDir: dataDir}.RootfsDir(tmpl)
 				cfg.Baseline = container.BareRun
@@ -59,7 +64,13 @@ func newBenchCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&tplBuild, "template-build", false,
 		"instead: template build from a Debian image cold, fully cached and with the last step changed, in this process "+
 			"(needs root, --data-dir with the base template, the Debian mirror; no server; -n rounds, default 3)")
+	cmd.Flags().BoolVar(&start, "start", false,
+		"instead: container create→first command unpooled and pooled vs a bare crun run, and 20 creates at once, "+
+			"against servers this process runs (needs root and --data-dir; no other server on the host)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "with --template-build: print every build's log")
+	cmd.Flags().StringSliceVar(&runtimes, "runtimes", nil,
+		"measure create→first command on each of these runtimes (create metadata moat.runtime) of a server "+
+			"running them all, e.g. container,gvisor,vm")
 	return cmd
 }
 

@@ -169,13 +169,13 @@ func newSandboxListCmd(cf *clientFlags) *cobra.Command {
 				return err
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tTEMPLATE\tSTATE\tSTARTED\tEXPIRES\tCPU\tMEMORY")
+			fmt.Fprintln(w, "ID\tTEMPLATE\tRUNTIME\tSTATE\tSTARTED\tEXPIRES\tCPU\tMEMORY")
 			for _, s := range list {
 				tmpl := s.TemplateID
 				if s.Alias != "" {
 					tmpl = s.Alias
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%dMB\n", s.ID, tmpl, s.State,
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%dMB\n", s.ID, tmpl, s.Metadata["moat.runtime"], s.State,
 					s.StartedAt.Local().Format(time.DateTime), s.EndAt.Local().Format(time.DateTime),
 					s.CPUCount, s.MemoryMB)
 			}

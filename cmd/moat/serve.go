@@ -14,6 +14,7 @@ import (
 	"github.com/moatsh/moat/internal/app"
 	"github.com/moatsh/moat/internal/orchestrator"
 	_ "github.com/moatsh/moat/internal/runtime/container" // registers runtime "container"
+	_ "github.com/moatsh/moat/internal/runtime/gvisor"    // registers runtime "gvisor"
 	_ "github.com/moatsh/moat/internal/runtime/vm"        // registers runtime "vm"
 	"github.com/moatsh/moat/internal/store"
 )
@@ -52,7 +53,8 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&cfg.Addr, "addr", envOr(defaultAddr, "MOAT_ADDR"), "listen address HOST:PORT (env MOAT_ADDR)")
 	addDataDirFlag(cmd, &cfg.DataDir)
 	f.StringVar(&cfg.Runtime, "runtime", envOr("", "MOAT_RUNTIME"),
-		"sandbox runtime: container|vm|gvisor (env MOAT_RUNTIME; default: best the host supports)")
+		"sandbox runtime: container|gvisor|vm, or several side by side: container,gvisor,vm (the first is the default; "+
+			"a create picks another with metadata moat.runtime or its template's runtime) (env MOAT_RUNTIME; default: container)")
 	f.StringVar(&accel, "vm-accel", envOr("", "MOAT_VM_ACCEL"), "vm runtime accelerator: auto|kvm|tcg (env MOAT_VM_ACCEL; default auto)")
 	f.DurationVar(&cfg.MaxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a client may ask for")
 	f.StringVar(&cfg.Domain, "domain", envOr("", "MOAT_DOMAIN"),

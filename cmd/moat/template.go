@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/template"
 )
@@ -55,6 +57,7 @@ func newTemplateBuildCmd() *cobra.Command {
 // localBuildFlags configure the local build of a built-in template.
 type localBuildFlags struct {
 	dataDir, envd     string
+	runtime           string // the template's own runtime ("" = the server's default)
 	force, noAptCache bool
 }
 
@@ -65,6 +68,9 @@ func (f *localBuildFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.force, "force", false,
 		"rebuild even when the cached rootfs is up to date (with --dockerfile: skip the build cache)")
 	cmd.Flags().BoolVar(&f.noAptCache, "no-apt-cache", false, "do not use the shared .deb cache")
+	cmd.Flags().StringVar(&f.runtime, "runtime", "",
+		"runtime the template's sandboxes run on unless a create's metadata moat.runtime says otherwise "+
+			"(container|gvisor|vm; default: the server's default)")
 }
 
 func (f *localBuildFlags) run(cmd *cobra.Command, name string) error {
@@ -93,6 +99,9 @@ func (f *localBuildFlags) run(cmd *cobra.Command, name string) error {
 		return err
 	}
 	if err := template.Register(ctx, db, def, res); err != nil {
+		return err
+	}
+	if err := setTemplateRuntime(ctx, db, res.Name, f.runtime); err != nil {
 		return err
 	}
 	how := "built"
@@ -270,4 +279,24 @@ func vmImageUsage(dataDir, id string) int64 {
 		}
 	}
 	return n
+}
+
+// setTemplateRuntime records rt as the runtime of template name (a
+// registration clears it, so "" leaves none).
+func setTemplateRuntime(ctx context.Context, db *store.DB, name, rt string) error {
+	if rt == "" {
+		return nil
+	}
+	if !slices.Contains(runtime.Names(), rt) {
+		return fmt.Errorf("--runtime %q: want one of %v", rt, runtime.Names())
+	}
+	t, err := db.GetTemplate(ctx, name)
+	if err != nil {
+		return err
+	}
+	t.Runtime = rt
+	if err := db.UpsertTemplate(ctx, t); err != nil {
+		return fmt.Errorf("template %s: runtime: %w", name, err)
+	}
+	return nil
 }

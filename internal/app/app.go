@@ -31,7 +31,7 @@ import (
 type Config struct {
 	Addr       string        // listen address (default "127.0.0.1:3000")
 	DataDir    string        // holds moat.db and the runtime's state
-	Runtime    string        // backend name (default "container")
+	Runtime    string        // backend name, or names side by side: "container,gvisor,vm" (the first is the default; default "container")
 	MaxTimeout time.Duration // longest sandbox lifetime (default 24 h)
 	Domain     string        // sandbox host domain for "{port}-{id}.{domain}" routing ("" = any)
 	Logger     *slog.Logger
@@ -120,15 +120,13 @@ func Serve(ctx context.Context, cfg Config) error {
 	defer db.Close()
 
 	defer startEgress(log)()
-	rt, err := runtime.New(ctx, cfg.Runtime, runtime.Config{DataDir: cfg.DataDir, Logger: log})
+	rts, closeRuntimes, err := openRuntimes(ctx, cfg.Runtime, cfg.DataDir, log)
 	if err != nil {
-		return fmt.Errorf("runtime: %w", err)
+		return err
 	}
-	if c, ok := rt.(io.Closer); ok {
-		defer c.Close()
-	}
-	log.Info("using runtime", "runtime", rt.Name(), "available", runtime.Names())
-	orch, err := newOrchestrator(cfg, db, rt)
+	defer closeRuntimes()
+	log.Info("using runtime", "runtime", rts[0].Name(), "enabled", cfg.Runtime, "available", runtime.Names())
+	orch, err := newOrchestrator(cfg, db, rts)
 	if err != nil {
 		return err
 	}
@@ -144,7 +142,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	orch.StartPools(runCtx)
 	defer func() { stopReaper(); orch.WaitPools() }() // the pools kill their members
 
-	builds, err := newBuilds(ctx, cfg, db, rt)
+	builds, err := newBuilds(ctx, cfg, db, buildRuntime(ctx, rts, log))
 	if err != nil {
 		return err
 	}
@@ -176,23 +174,15 @@ func Serve(ctx context.Context, cfg Config) error {
 
 // newBuilds sets up E2B's template build API: builds run in this process
 // and write templates under cfg.DataDir.
-// RUN and COPY steps run in build sandboxes of the container runtime: rt
-// itself, or the one rt provides (runtime.BuildRuntimer, the microVM
-// backend); without one they are refused.
-func newBuilds(ctx context.Context, cfg Config, db *store.DB, rt runtime.Runtime) (*server.BuildConfig, error) {
+// RUN and COPY steps run in build sandboxes of brt (see buildRuntime);
+// without one they are refused.
+func newBuilds(ctx context.Context, cfg Config, db *store.DB, brt runtime.Runtime) (*server.BuildConfig, error) {
 	envd, err := template.FindEnvd(cfg.EnvdPath)
 	if err != nil {
 		cfg.Logger.Warn("template builds over the API are unavailable", "err", err)
 		envd = ""
 	}
 	bc := build.Config{DB: db, DataDir: cfg.DataDir, EnvdPath: envd, Logger: cfg.Logger}
-	brt := rt
-	if b, ok := rt.(runtime.BuildRuntimer); ok {
-		if brt, err = b.BuildRuntime(ctx); err != nil {
-			cfg.Logger.Warn("RUN and COPY steps of template builds are unavailable", "err", err)
-			brt = nil
-		}
-	}
 	if runner, err := build.NewSandboxRunner(brt, cfg.DataDir, cfg.EnvdPort, cfg.Logger); err != nil {
 		bc.NoRunner = err
 	} else {
@@ -243,7 +233,7 @@ func newHTTPServer(api http.Handler, px *proxy.Proxy, log *slog.Logger) *http.Se
 // cfg.Admission.Concurrency heavy operations at once, and creates refused
 // (503) once the live sandboxes' reservations fill cfg.Capacity's model of
 // the host.
-func newOrchestrator(cfg Config, db *store.DB, rt runtime.Runtime) (*orchestrator.Orchestrator, error) {
+func newOrchestrator(cfg Config, db *store.DB, rts []runtime.Runtime) (*orchestrator.Orchestrator, error) {
 	var orch *orchestrator.Orchestrator
 	capacity := cfg.Capacity
 	capacity.Reserved = func() admission.Need { return orch.Reserved() }
@@ -252,7 +242,7 @@ func newOrchestrator(cfg Config, db *store.DB, rt runtime.Runtime) (*orchestrato
 	}
 	adm := cfg.Admission
 	adm.Room = capacity.Room
-	orch, err := orchestrator.New(orchestrator.Config{Store: db, Runtime: rt, Logger: cfg.Logger,
+	orch, err := orchestrator.New(orchestrator.Config{Store: db, Runtimes: rts, Logger: cfg.Logger,
 		MaxTimeout: cfg.MaxTimeout, EnvdPort: cfg.EnvdPort, Admission: admission.New(adm), Pools: cfg.Pools})
 	if err != nil {
 		return nil, err

@@ -20,6 +20,10 @@ type Config struct {
 	Template  string // template to create sandboxes from
 	RootfsDir string // the template's root filesystem, for the baseline
 	N         int    // iterations of each
+	// Runtimes, when set, measures create→first command once per runtime
+	// (create metadata moat.runtime) in each iteration, on a server that
+	// runs them all (moat serve --runtime container,gvisor,vm).
+	Runtimes []string
 	// Baseline runs /bin/true in RootfsDir with a bare OCI runtime and
 	// returns how long it took (container.BareRun).
 	Baseline func(ctx context.Context, rootfsDir string, args ...string) (time.Duration, error)
@@ -49,6 +53,7 @@ func (s Series) Percentile(p float64) time.Duration {
 type Report struct {
 	CreateFirstCommand Series
 	Bare               Series
+	ByRuntime          []Series // with Config.Runtimes: one per runtime, in its order
 }
 
 // Ratio is median(create→first command) / median(bare run).
@@ -62,7 +67,7 @@ func (r Report) Ratio() float64 {
 
 // Print writes the report as a small table.
 func (r Report) Print(w io.Writer) {
-	for _, s := range []Series{r.CreateFirstCommand, r.Bare} {
+	for _, s := range append([]Series{r.CreateFirstCommand}, append(r.ByRuntime, r.Bare)...) {
 		if len(s.Samples) == 0 {
 			continue
 		}
@@ -83,12 +88,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		CreateFirstCommand: Series{Name: "create → first command (API)"},
 		Bare:               Series{Name: "bare OCI run of the same rootfs (/bin/true)"},
 	}
+	for _, rt := range cfg.Runtimes {
+		rep.ByRuntime = append(rep.ByRuntime, Series{Name: "create → first command (API, " + rt + ")"})
+	}
 	for i := 0; i < cfg.N; i++ {
-		d, err := createFirstCommand(ctx, cfg)
-		if err != nil {
+		if err := createRound(ctx, cfg, &rep); err != nil {
 			return rep, fmt.Errorf("iteration %d: %w", i, err)
 		}
-		rep.CreateFirstCommand.Samples = append(rep.CreateFirstCommand.Samples, d)
 		if cfg.Baseline != nil && cfg.RootfsDir != "" {
 			d, err := cfg.Baseline(ctx, cfg.RootfsDir, "/bin/true")
 			if err != nil {
@@ -100,9 +106,35 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return rep, nil
 }
 
-func createFirstCommand(ctx context.Context, cfg Config) (time.Duration, error) {
+// createRound measures one create→first command on the default runtime,
+// or one per runtime of cfg.Runtimes.
+func createRound(ctx context.Context, cfg Config, rep *Report) error {
+	if len(cfg.Runtimes) == 0 {
+		d, err := createFirstCommand(ctx, cfg, "")
+		if err != nil {
+			return err
+		}
+		rep.CreateFirstCommand.Samples = append(rep.CreateFirstCommand.Samples, d)
+		return nil
+	}
+	for j, rt := range cfg.Runtimes {
+		d, err := createFirstCommand(ctx, cfg, rt)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rt, err)
+		}
+		rep.ByRuntime[j].Samples = append(rep.ByRuntime[j].Samples, d)
+	}
+	return nil
+}
+
+// createFirstCommand times a create (on runtime rt when set) and its first command.
+func createFirstCommand(ctx context.Context, cfg Config, rt string) (time.Duration, error) {
 	start := time.Now()
-	sb, err := cfg.Client.CreateSandbox(ctx, moat.CreateOptions{Template: cfg.Template, Timeout: 2 * time.Minute})
+	opts := moat.CreateOptions{Template: cfg.Template, Timeout: 2 * time.Minute}
+	if rt != "" {
+		opts.Metadata = map[string]string{"moat.runtime": rt}
+	}
+	sb, err := cfg.Client.CreateSandbox(ctx, opts)
 	if err != nil {
 		return 0, fmt.Errorf("create: %w", err)
 	}

@@ -41,10 +41,10 @@ func (o *Orchestrator) applyEgress(ctx context.Context, sb store.Sandbox) error 
 	if err != nil {
 		return err
 	}
-	es, ok := o.rt.(EgressSetter)
+	rt, es, ok := o.egressSetter(sb.Runtime)
 	if !ok {
 		if len(sb.Network.AllowOut)+len(sb.Network.DenyOut) > 0 {
-			return fmt.Errorf("the %s runtime cannot enforce network allowOut/denyOut: %w", o.rt.Name(), errdefs.ErrNotImplemented)
+			return fmt.Errorf("the %s runtime cannot enforce network allowOut/denyOut: %w", rt.Name(), errdefs.ErrNotImplemented)
 		}
 		return nil
 	}

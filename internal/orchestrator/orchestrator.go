@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,11 +31,15 @@ const (
 	killTimeout         = 30 * time.Second
 )
 
-// Config is what the orchestrator needs; Store and Runtime are required.
+// Config is what the orchestrator needs: Store, and Runtime or Runtimes.
 type Config struct {
 	Store   *store.DB
 	Runtime runtime.Runtime
-	Logger  *slog.Logger
+	// Runtimes are several backends side by side (Runtime is then unset):
+	// the first is the default; a create picks another through its
+	// template or metadata (see MetadataRuntime).
+	Runtimes []runtime.Runtime
+	Logger   *slog.Logger
 
 	MaxTimeout   time.Duration // longest lifetime of a sandbox (default 24 h)
 	MaxVCPUs     int           // per-sandbox ceilings (0 = no ceiling)
@@ -89,7 +94,8 @@ type Metric struct {
 type Orchestrator struct {
 	cfg  Config
 	db   *store.DB
-	rt   runtime.Runtime
+	rt   runtime.Runtime // rts: routes each call to the sandbox's backend
+	rts  *runtimeSet
 	log  *slog.Logger
 	http *http.Client
 
@@ -125,8 +131,12 @@ type entry struct {
 
 // New returns an orchestrator. Call Recover once, then run Run in a goroutine.
 func New(cfg Config) (*Orchestrator, error) {
-	if cfg.Store == nil || cfg.Runtime == nil {
+	if cfg.Store == nil || (cfg.Runtime == nil && len(cfg.Runtimes) == 0) {
 		return nil, fmt.Errorf("orchestrator: store and runtime are required: %w", errdefs.ErrInvalidArgument)
+	}
+	rts, err := newRuntimeSet(append([]runtime.Runtime{cfg.Runtime}, cfg.Runtimes...))
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -143,14 +153,14 @@ func New(cfg Config) (*Orchestrator, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second}
 	}
-	return &Orchestrator{cfg: cfg, db: cfg.Store, rt: cfg.Runtime, log: cfg.Logger,
+	return &Orchestrator{cfg: cfg, db: cfg.Store, rt: rts, rts: rts, log: cfg.Logger,
 		http: cfg.HTTPClient, live: map[string]*entry{}, creating: map[string]int{}}, nil
 }
 
 // MaxTimeout is the longest lifetime a sandbox may be given.
 func (o *Orchestrator) MaxTimeout() time.Duration { return o.cfg.MaxTimeout }
 
-// RuntimeName is the backend in use.
+// RuntimeName is the default backend.
 func (o *Orchestrator) RuntimeName() string { return o.rt.Name() }
 
 // Create starts a sandbox owned by req.Team and returns once envd inside it
@@ -179,6 +189,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 	if snap != nil {
 		current = snap.EnvdAccessToken
 		spec.Snapshot, spec.VCPUs, spec.MemoryMiB, spec.DiskMiB = snap.ID, snap.CPUCount, snap.MemoryMB, snap.DiskSizeMB
+		spec.Runtime = snap.Runtime
 		envVars = mergeEnv(snap.EnvVars, req.EnvVars)
 	}
 	sb := o.newSandbox(req, tpl, spec, envVars, store.Network{AllowOut: allowOut, DenyOut: denyOut})
@@ -234,7 +245,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 	o.mu.Lock()
 	o.live[sb.ID] = &entry{sb: sb, addr: h.Addr}
 	o.mu.Unlock()
-	log.Info("sandbox created", "addr", sb.Addr, "runtime", o.rt.Name())
+	log.Info("sandbox created", "addr", sb.Addr, "runtime", sb.Runtime)
 	return sb, nil
 }
 
@@ -243,7 +254,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 func (o *Orchestrator) newSandbox(req CreateRequest, tpl store.Template, spec runtime.Spec, envVars map[string]string,
 	network store.Network) store.Sandbox {
 	sb := store.Sandbox{ID: spec.ID, Team: req.Team, TemplateID: tpl.ID, Alias: tpl.Name, State: store.StateRunning,
-		Runtime: o.rt.Name(), Metadata: req.Metadata, EnvVars: envVars, Secure: req.Secure,
+		Runtime: spec.Runtime, Metadata: req.Metadata, EnvVars: envVars, Secure: req.Secure,
 		AllowInternet: req.AllowInternet, AutoPause: req.AutoPause, AutoResume: req.AutoResume && req.AutoPause,
 		Timeout: req.Timeout, CPUCount: spec.VCPUs, MemoryMB: spec.MemoryMiB, DiskSizeMB: spec.DiskMiB,
 		Network: network}
@@ -298,10 +309,6 @@ func (o *Orchestrator) createRuntime(ctx context.Context, team string, spec runt
 func (o *Orchestrator) source(ctx context.Context, team, ref string) (tpl store.Template, snap *store.Snapshot, err error) {
 	tpl, err = o.db.GetTeamTemplate(ctx, team, ref) // shared, or built by team over the API
 	if err == nil {
-		if tpl.Runtime != "" && tpl.Runtime != o.rt.Name() {
-			o.log.Warn("template asks for another runtime; using the server's", "template", tpl.Name,
-				"want", tpl.Runtime, "have", o.rt.Name())
-		}
 		return tpl, nil, nil
 	}
 	if !errdefs.IsNotFound(err) {
@@ -314,9 +321,9 @@ func (o *Orchestrator) source(ctx context.Context, team, ref string) (tpl store.
 		}
 		return tpl, nil, serr
 	}
-	if s.Runtime != o.rt.Name() {
+	if _, err := o.rts.named(s.Runtime); err != nil {
 		return tpl, nil, fmt.Errorf("snapshot %s was taken with the %s runtime; this server runs %s: %w",
-			s.ID, s.Runtime, o.rt.Name(), errdefs.ErrFailedPrecondition)
+			s.ID, s.Runtime, strings.Join(o.rts.Names(), ", "), errdefs.ErrFailedPrecondition)
 	}
 	tpl, err = o.db.GetTemplate(ctx, s.TemplateID)
 	if err != nil {
@@ -363,6 +370,10 @@ func (o *Orchestrator) spec(tpl store.Template, req CreateRequest) (runtime.Spec
 	s := runtime.Spec{ID: "i" + randomID(20), TemplateID: tpl.ID, RootfsDir: tpl.RootfsDir,
 		VCPUs: DefaultVCPUs, MemoryMiB: DefaultMemoryMiB, DiskMiB: DefaultDiskMiB, Pids: DefaultPids,
 		AllowInternet: req.AllowInternet, Hostname: "e2b"}
+	var err error
+	if s.Runtime, err = o.chooseRuntime(tpl.Runtime, req.Metadata); err != nil {
+		return s, err
+	}
 	if tpl.CPUCount > 0 {
 		s.VCPUs = tpl.CPUCount
 	}

@@ -173,7 +173,7 @@ func (o *Orchestrator) addMember(ctx context.Context, p *pool, tpl store.Templat
 		}
 	}()
 	// Deny-all until a create takes it (applyEgress of the request).
-	if err := o.applyEgress(ctx, store.Sandbox{ID: spec.ID}); err != nil {
+	if err := o.applyEgress(ctx, store.Sandbox{ID: spec.ID, Runtime: spec.Runtime}); err != nil {
 		return err
 	}
 	h, err := o.rt.Create(ctx, spec)
@@ -255,8 +255,9 @@ func (o *Orchestrator) killMember(ctx context.Context, m *member) {
 	}
 }
 
-// takeMember removes and returns a member of tpl's current version, or nil.
-func (o *Orchestrator) takeMember(tpl store.Template) *member {
+// takeMember removes and returns a member of tpl's current version, or
+// nil; rt, when set, is the runtime the create asks for.
+func (o *Orchestrator) takeMember(tpl store.Template, rt string) *member {
 	version := templateVersion(tpl)
 	o.poolMu.Lock()
 	pools := append([]*pool(nil), o.pools...)
@@ -264,7 +265,7 @@ func (o *Orchestrator) takeMember(tpl store.Template) *member {
 	for _, p := range pools {
 		p.mu.Lock()
 		for i, m := range p.ready {
-			if m.tplID == tpl.ID && m.version == version {
+			if m.tplID == tpl.ID && m.version == version && (rt == "" || rt == m.spec.Runtime) {
 				p.ready = append(p.ready[:i], p.ready[i+1:]...)
 				p.mu.Unlock()
 				select {
@@ -300,7 +301,7 @@ func (o *Orchestrator) poolReserved() admission.Need {
 // the caller creates a sandbox the ordinary way).
 func (o *Orchestrator) createPooled(ctx context.Context, req CreateRequest, tpl store.Template,
 	network store.Network) (_ store.Sandbox, ok bool) {
-	m := o.takeMember(tpl)
+	m := o.takeMember(tpl, req.Metadata[MetadataRuntime])
 	if m == nil {
 		return store.Sandbox{}, false
 	}

@@ -37,7 +37,7 @@ func (o *Orchestrator) Snapshot(ctx context.Context, team, id, name string) (sto
 		return store.Snapshot{}, fmt.Errorf("sandbox %s cannot be snapshotted while in '%s' state: %w", id, sb.State, errdefs.ErrConflict)
 	}
 	snap := store.Snapshot{ID: "snap" + randomID(16), Team: sb.Team, Name: name, SandboxID: id, TemplateID: sb.TemplateID,
-		Alias: sb.Alias, Runtime: o.rt.Name(), CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
+		Alias: sb.Alias, Runtime: sb.Runtime, CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
 		DiskSizeMB: sb.DiskSizeMB, EnvVars: sb.EnvVars, EnvdAccessToken: sb.EnvdAccessToken}
 	release, err := o.admit(ctx, "snapshot", admission.Need{})
 	if err != nil {
@@ -62,13 +62,16 @@ func (o *Orchestrator) Snapshot(ctx context.Context, team, id, name string) (sto
 	return snap, nil
 }
 
+// snapshotter returns the runtimes' snapshotter (it routes by sandbox)
+// when one of them takes snapshots.
 func (o *Orchestrator) snapshotter() (runtime.Snapshotter, error) {
-	sn, ok := o.rt.(runtime.Snapshotter)
-	if !ok {
-		return nil, fmt.Errorf("the %s runtime cannot snapshot sandboxes (use the vm runtime): %w",
-			o.rt.Name(), errdefs.ErrNotImplemented)
+	for _, n := range o.rts.Names() {
+		if o.rts.snapshotter(n) {
+			return o.rts, nil
+		}
 	}
-	return sn, nil
+	return nil, fmt.Errorf("the %s runtime cannot snapshot sandboxes (use the vm runtime): %w",
+		o.rt.Name(), errdefs.ErrNotImplemented)
 }
 
 // ListSnapshots returns team's snapshots newest first; f.Team is overridden.

@@ -1,7 +1,8 @@
 // Package runtime is the seam between the orchestrator and the isolation
-// backends (container now; microVM and gVisor later). The orchestrator only
-// sees this interface; each backend lives in a subpackage and registers
-// itself by name.
+// backends (container, gvisor, vm). The orchestrator only sees this
+// interface; each backend lives in a subpackage and registers itself by
+// name. Several backends can run in one server: they share host objects
+// through Config.Shared.
 package runtime
 
 import (
@@ -32,6 +33,10 @@ type Spec struct {
 	// files as they were when it was taken. Backends without snapshots
 	// return errdefs.ErrNotImplemented.
 	Snapshot string
+
+	// Runtime names the backend to create on when one server runs several
+	// (the orchestrator routes by it; "" = the default). Backends ignore it.
+	Runtime string
 }
 
 // Handle is a running sandbox as a backend sees it.
@@ -127,6 +132,9 @@ type Constructor func(ctx context.Context, cfg Config) (Runtime, error)
 type Config struct {
 	DataDir string
 	Logger  *slog.Logger
+	// Shared is what backends in the same server process share (one
+	// network manager); nil when a backend runs alone.
+	Shared *Shared
 }
 
 var (

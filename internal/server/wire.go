@@ -169,7 +169,7 @@ func toDetail(sb store.Sandbox) detailJSON {
 	return detailJSON{TemplateID: sb.TemplateID, Alias: sb.Alias, SandboxID: sb.ID, ClientID: clientID,
 		StartedAt: sb.StartedAt.UTC(), EndAt: sb.EndAt.UTC(), EnvdVersion: state.Version,
 		EnvdAccessToken: sb.EnvdAccessToken, CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
-		DiskSizeMB: sb.DiskSizeMB, Metadata: nonNil(sb.Metadata), State: apiState(sb.State),
+		DiskSizeMB: sb.DiskSizeMB, Metadata: metadataOf(sb), State: apiState(sb.State),
 		AllowInternetAccess: &inet, Lifecycle: &lifecycleJSON{OnTimeout: onTimeout, AutoResume: sb.AutoResume},
 		Network: toNetworkOut(sb.Network)}
 }
@@ -177,7 +177,7 @@ func toDetail(sb store.Sandbox) detailJSON {
 func toListed(sb store.Sandbox) listedJSON {
 	return listedJSON{TemplateID: sb.TemplateID, Alias: sb.Alias, SandboxID: sb.ID, ClientID: clientID,
 		StartedAt: sb.StartedAt.UTC(), EndAt: sb.EndAt.UTC(), CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
-		DiskSizeMB: sb.DiskSizeMB, Metadata: nonNil(sb.Metadata), State: apiState(sb.State),
+		DiskSizeMB: sb.DiskSizeMB, Metadata: metadataOf(sb), State: apiState(sb.State),
 		EnvdVersion: state.Version}
 }
 
@@ -206,6 +206,20 @@ func toTemplate(t store.Template) templateJSON {
 	}
 	if out.BuildID == "" {
 		out.BuildID = "00000000-0000-0000-0000-000000000000"
+	}
+	return out
+}
+
+// metadataOf is sb's metadata as the API shows it: with the sandbox's
+// runtime under orchestrator.MetadataRuntime (E2B's sandbox info has no
+// runtime field; metadata is what every SDK surfaces).
+func metadataOf(sb store.Sandbox) map[string]string {
+	out := make(map[string]string, len(sb.Metadata)+1)
+	for k, v := range sb.Metadata {
+		out[k] = v
+	}
+	if sb.Runtime != "" {
+		out[orchestrator.MetadataRuntime] = sb.Runtime
 	}
 	return out
 }

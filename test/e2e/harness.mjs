@@ -343,7 +343,7 @@ export async function leftovers(ids, { dir = dataDir } = {}) {
   if (ids.length === 0) return []
   const out = []
   for (const root of runcRoots()) {
-    for (const bin of ['runc', 'crun']) {
+    for (const bin of root.endsWith('/runsc') ? ['runsc'] : ['runc', 'crun']) {
       const list = await sh(bin, ['--root', root, 'list'])
       for (const id of ids) {
         for (const line of list.split('\n')) {
@@ -374,7 +374,7 @@ export async function leftovers(ids, { dir = dataDir } = {}) {
     for (const id of ids) if (backing.includes(id)) out.push(`loop: ${dev} ${backing.trim()}`)
   }
   for (const id of ids) {
-    for (const p of [path.join(dir, 'sandboxes', id), path.join(dir, 'vm', 'sandboxes', id)]) {
+    for (const p of [path.join(dir, 'sandboxes', id), path.join(dir, 'gvisor', 'sandboxes', id), path.join(dir, 'vm', 'sandboxes', id)]) {
       if (existsSync(p)) out.push(`dir: ${p}`)
     }
   }

@@ -14,7 +14,8 @@ async function main() {
   const info = await within(5000, 'getInfo', sbx.getInfo())
   assert.equal(info.state, 'running')
   assert.equal(info.name, 'base')
-  assert.deepEqual(info.metadata, { 'a b': 'c&d', team: 'x' })
+  // The server echoes the sandbox's runtime under moat.runtime.
+  assert.deepEqual(info.metadata, { 'a b': 'c&d', team: 'x', 'moat.runtime': 'fake' })
   assert.ok(info.endAt.getTime() - info.startedAt.getTime() >= 299000)
 
   const other = await within(20000, 'create 2', Sandbox.create('base', { metadata: { team: 'y' }, timeoutMs: 60000 }))

@@ -58,7 +58,7 @@ func BareRun(ctx context.Context, rootfsDir string, args ...string) (time.Durati
 	cmd := o.command(ctx, "run", "--bundle", tmp, "bare-"+hex.EncodeToString(b))
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
-	err = cmd.Run()
+	err = o.runCmd(cmd)
 	d := time.Since(start)
 	if err != nil {
 		return d, fmt.Errorf("bare run %v: %w: %s", args, err, strings.TrimSpace(out.String()))

@@ -205,7 +205,7 @@ const probePort = 49984
 func startProbe(t *testing.T, r *Runtime, h *runtime.Handle) {
 	t.Helper()
 	cmd := r.oci.command(context.Background(), "exec", "-d", r.containerName(h.ID), "/usr/local/bin/probe", "--port", fmt.Sprint(probePort))
-	if err := cmd.Run(); err != nil { // stdio stays /dev/null: a pipe would never see EOF
+	if err := r.oci.runCmd(cmd); err != nil { // stdio stays /dev/null: a pipe would never see EOF
 		t.Fatalf("start probe: %v", err)
 	}
 	for i := 0; i < 200; i++ {
@@ -235,7 +235,7 @@ func getPort(h *runtime.Handle, port int, path string, q url.Values, timeout tim
 }
 
 func execIn(r *Runtime, id string, args ...string) (string, error) {
-	out, err := r.oci.command(context.Background(), append([]string{"exec", r.containerName(id)}, args...)...).CombinedOutput()
+	out, err := r.oci.combinedOutput(r.oci.command(context.Background(), append([]string{"exec", r.containerName(id)}, args...)...))
 	return string(out), err
 }
 

@@ -32,7 +32,7 @@ func TestSandboxDescriptors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := create(t, r, runtime.Spec{DiskMiB: tc.disk})
 			// One more process, started the way a user's would be.
-			if err := r.oci.command(context.Background(), "exec", "-d", r.containerName(h.ID), "sleep", "600").Run(); err != nil {
+			if err := r.oci.runCmd(r.oci.command(context.Background(), "exec", "-d", r.containerName(h.ID), "sleep", "600")); err != nil {
 				t.Fatalf("exec -d: %v", err)
 			}
 			hostDevs := hostDevices(t, r.dir(h.ID))
@@ -246,7 +246,7 @@ func TestPidfdGetfdCannotReachHost(t *testing.T) {
 	before, freeBefore := hostFiles(t, r.dir(id)), hostFree(t, r.dataDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := r.oci.command(ctx, "exec", r.containerName(id), "python3", "-c", getfdScript).Output()
+	out, err := r.oci.output(r.oci.command(ctx, "exec", r.containerName(id), "python3", "-c", getfdScript))
 	if err != nil {
 		t.Fatalf("script: %v %s", err, out)
 	}

@@ -55,7 +55,7 @@ func (r *Runtime) blankDisk(ctx context.Context, mib int) (string, error) {
 
 // mountDisk copies the blank image of mib MiB to img (sparse: only the
 // filesystem's metadata) and mounts it on target.
-func (r *Runtime) mountDisk(ctx context.Context, img, target string, mib int) error {
+func (r *Runtime) mountDisk(ctx context.Context, img, target string, mib int, tr *trace) error {
 	blank, err := r.blankDisk(ctx, mib)
 	if err != nil {
 		return err
@@ -63,7 +63,10 @@ func (r *Runtime) mountDisk(ctx context.Context, img, target string, mib int) er
 	if _, err := sparse.Copy(blank, img); err != nil {
 		return fmt.Errorf("disk image: %w", err)
 	}
-	return loopMount(img, target, "ext4", unix.MS_NOSUID|unix.MS_NODEV)
+	tr.step("disk_copy")
+	err = loopMount(img, target, "ext4", unix.MS_NOSUID|unix.MS_NODEV)
+	tr.step("disk_mount")
+	return err
 }
 
 // loopMount attaches img to a free loop device that detaches itself once

@@ -23,8 +23,9 @@ type oci struct {
 	bin  string
 	root string // --root: only Moat's containers live here
 	// hideCgroup2 runs the binary in a private mount namespace without the
-	// cgroup2 mount: crun refuses hybrid hosts otherwise.
+	// cgroup2 mount (runCmd): crun refuses hybrid hosts otherwise.
 	hideCgroup2 bool
+	flags       []string // global flags after --root (runsc: platform, network; see gvisor_linux.go)
 }
 
 // ociState is the part of `runc state` / `list -f json` we read.
@@ -42,7 +43,7 @@ func isHybrid() bool {
 }
 
 // pickOCI chooses the OCI runtime: override ("runc"/"crun") if set, else
-// crun when it works (on hybrid hosts through the unshare workaround), else runc.
+// crun when it works (on hybrid hosts in a private mount namespace, see startHidden), else runc.
 func pickOCI(ctx context.Context, log *slog.Logger, override, root string) (*oci, error) {
 	hybrid := isHybrid()
 	try := func(name string) (*oci, error) {
@@ -51,11 +52,6 @@ func pickOCI(ctx context.Context, log *slog.Logger, override, root string) (*oci
 			return nil, fmt.Errorf("%s not found (apt-get install %s): %w", name, name, errdefs.ErrUnavailable)
 		}
 		o := &oci{name: name, bin: bin, root: root, hideCgroup2: name == "crun" && hybrid}
-		if o.hideCgroup2 {
-			if _, err := exec.LookPath("unshare"); err != nil {
-				return nil, fmt.Errorf("crun on a hybrid cgroup host needs unshare (util-linux): %w", errdefs.ErrUnavailable)
-			}
-		}
 		if out, err := o.command(ctx, "--version").CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("%s --version: %w: %s", name, err, bytes.TrimSpace(out))
 		}
@@ -91,15 +87,14 @@ func pickOCI(ctx context.Context, log *slog.Logger, override, root string) (*oci
 
 // command builds the runtime invocation; the caller sets stdio.
 func (o *oci) command(ctx context.Context, args ...string) *exec.Cmd {
-	full := append([]string{"--root", o.root}, args...)
+	full := append(append([]string{"--root", o.root}, o.flags...), o.renamed(args)...)
 	if args[0] == "--version" {
 		full = args
 	}
-	if !o.hideCgroup2 {
-		return exec.CommandContext(ctx, o.bin, full...)
+	if o.name == "runsc" && args[0] == "run" {
+		return o.runscRun(ctx, full) // gvisor_linux.go
 	}
-	script := `umount /sys/fs/cgroup/unified && exec "$0" "$@"`
-	return exec.CommandContext(ctx, "unshare", append([]string{"-m", "--propagation", "private", "sh", "-c", script, o.bin}, full...)...)
+	return exec.CommandContext(ctx, o.bin, full...) // started through o.runCmd (hideCgroup2)
 }
 
 // run executes a short command and returns its stdout. "does not exist"
@@ -108,7 +103,7 @@ func (o *oci) run(ctx context.Context, args ...string) ([]byte, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := o.command(ctx, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	if err := o.runCmd(cmd); err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if strings.Contains(msg, "does not exist") || strings.Contains(msg, "not found") || strings.Contains(msg, "No such file") {
 			return nil, fmt.Errorf("%s %s: %s: %w", o.name, args[0], msg, errdefs.ErrNotFound)
@@ -128,7 +123,7 @@ func (o *oci) run(ctx context.Context, args ...string) ([]byte, error) {
 func (o *oci) start(ctx context.Context, bundle, name, pidFile string, log *os.File) error {
 	cmd := o.command(ctx, "run", "-d", "--pid-file", pidFile, "--bundle", bundle, name)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, log, log
-	if err := cmd.Run(); err != nil {
+	if err := o.runCmd(cmd); err != nil {
 		tail, _ := readTail(log.Name(), 1024)
 		return fmt.Errorf("%s run %s: %w: %s", o.name, name, err, tail)
 	}

@@ -44,7 +44,7 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 	for _, o := range r.others {
 		errs = append(errs, r.removeForeign(ctx, o, orphans))
 	}
-	entries, err := os.ReadDir(filepath.Join(r.dataDir, "sandboxes"))
+	entries, err := os.ReadDir(filepath.Join(r.dataDir, r.o.flavor.subdir))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("recover: %w", err))
 	}
@@ -61,7 +61,10 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 	for id := range kept {
 		keptIDs = append(keptIDs, id)
 	}
-	if err := r.net.Recover(ctx, keptIDs); err != nil {
+	// live, not keptIDs: the network manager may be shared with other
+	// backends, whose live sandboxes are in live too; this backend's dead
+	// ones were torn down by Kill above.
+	if err := r.net.Recover(ctx, live); err != nil {
 		errs = append(errs, fmt.Errorf("recover network: %w", err))
 	}
 	var handles []*runtime.Handle
@@ -71,7 +74,7 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 			errs = append(errs, fmt.Errorf("recover sandbox %s: no network, removing it", id), r.Kill(ctx, id))
 			continue
 		}
-		h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: kept[id], Paused: paused[id]}
+		h := &runtime.Handle{ID: id, Runtime: r.Name(), Addr: n.SandboxAddr, PID: kept[id], Paused: paused[id]}
 		b := r.boxes.Get(id)
 		b.mu.Lock()
 		b.handle, b.created = h, true

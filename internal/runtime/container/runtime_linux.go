@@ -42,6 +42,7 @@ type options struct {
 	cgroupParent string
 	net          *netpolicy.Manager
 	readyTimeout time.Duration
+	flavor       flavor // crun/runc, or runsc for the gvisor backend (flavor_linux.go)
 }
 
 // WithOCIRuntime forces "runc" or "crun", like the MOAT_OCI_RUNTIME variable;
@@ -90,7 +91,7 @@ type sandbox struct {
 
 // New probes the host, picks the OCI runtime and installs the network policy.
 func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
-	o := options{ociName: os.Getenv("MOAT_OCI_RUNTIME"), cgroupParent: "/moat", readyTimeout: 10 * time.Second}
+	o := options{ociName: os.Getenv("MOAT_OCI_RUNTIME"), cgroupParent: "/moat", readyTimeout: 10 * time.Second, flavor: containerFlavor}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -98,37 +99,36 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	if log == nil {
 		log = slog.Default()
 	}
-	log = log.With("runtime", Name)
+	log = log.With("runtime", o.flavor.name)
 	if cfg.DataDir == "" {
 		return nil, fmt.Errorf("container runtime: empty data dir: %w", errdefs.ErrInvalidArgument)
 	}
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("container runtime: needs root (namespaces, cgroups, mounts): %w", errdefs.ErrPermissionDenied)
 	}
-	if err := traversable(filepath.Join(cfg.DataDir, "sandboxes")); err != nil {
+	if err := traversable(filepath.Join(cfg.DataDir, o.flavor.subdir)); err != nil {
 		return nil, fmt.Errorf("container runtime: %w", err)
 	}
 	// The vm runtime allocates from the same ID space under
 	// <DataDir>/vm/sandboxes: its ranges count as taken (and both lock
 	// both directories while allocating).
-	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o,
-		ids: idmap.NewAllocator(filepath.Join(cfg.DataDir, "sandboxes"), filepath.Join(cfg.DataDir, "vm", "sandboxes"))}
+	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o, ids: o.flavor.allocator(cfg.DataDir)}
 	probeRoot := o.stateRoot
 	if probeRoot == "" {
 		probeRoot = "/run/moat"
 	}
-	oc, err := pickOCI(ctx, log, o.ociName, probeRoot)
+	oc, err := o.flavor.pick(ctx, log, o.ociName, probeRoot)
 	if err != nil {
 		return nil, fmt.Errorf("container runtime: %w", err)
 	}
 	if o.stateRoot == "" {
 		oc.root = filepath.Join("/run/moat", oc.name)
-		r.others = otherOCIs(oc)
+		r.others = o.flavor.others(oc)
 	}
 	r.oci = oc
 	r.net = o.net
 	if r.net == nil {
-		if r.net, err = netpolicy.New(log); err != nil {
+		if r.net, err = SharedNetwork(cfg, log); err != nil {
 			return nil, fmt.Errorf("container runtime: %w", err)
 		}
 	}
@@ -164,13 +164,13 @@ func traversable(dir string) error {
 }
 
 // Name implements runtime.Runtime.
-func (r *Runtime) Name() string { return Name }
+func (r *Runtime) Name() string { return r.o.flavor.name }
 
 // OCIRuntime is the OCI binary in use: "runc" or "crun".
 func (r *Runtime) OCIRuntime() string { return r.oci.name }
 
 func (r *Runtime) containerName(id string) string { return "moat-" + id }
-func (r *Runtime) dir(id string) string           { return filepath.Join(r.dataDir, "sandboxes", id) }
+func (r *Runtime) dir(id string) string           { return filepath.Join(r.dataDir, r.o.flavor.subdir, id) }
 func (r *Runtime) cgroupsPath(id string) string   { return r.o.cgroupParent + "/" + id }
 func (r *Runtime) logPath(id string) string       { return filepath.Join(r.dir(id), "log", logName) }
 
@@ -201,7 +201,8 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 		}
 	}()
 	start := time.Now()
-	n, err := r.prepare(ctx, spec, &b.undo)
+	tr := newTrace()
+	n, err := r.prepare(ctx, spec, &b.undo, tr)
 	if err != nil {
 		return nil, err
 	}
@@ -211,6 +212,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	}
 	defer logf.Close()
 	prepared := time.Now()
+	tr.step("logfile")
 	b.undo.Push(func() error { return r.deleteContainer(context.WithoutCancel(ctx), id) })
 	pidFile := filepath.Join(r.dir(id), "pid")
 	if err := r.oci.start(ctx, r.dir(id), r.containerName(id), pidFile, logf); err != nil {
@@ -220,22 +222,25 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: pid}
+	tr.step("oci_run")
+	h := &runtime.Handle{ID: id, Runtime: r.Name(), Addr: n.SandboxAddr, PID: pid}
 	started := time.Now()
 	if err := r.waitReady(ctx, h); err != nil {
 		return nil, err
 	}
+	tr.step("envd_listen")
 	b.handle, b.created = h, true
 	r.log.InfoContext(ctx, "sandbox created", "sandbox", id, "addr", h.Addr, "pid", h.PID,
 		"oci", r.oci.name, "took", time.Since(start).Round(time.Microsecond),
 		"prepare", prepared.Sub(start).Round(time.Microsecond), "run", started.Sub(prepared).Round(time.Microsecond),
 		"ready", time.Since(started).Round(time.Microsecond))
+	r.log.DebugContext(ctx, "sandbox create steps", append([]any{"sandbox", id}, tr.attrs...)...)
 	return h, nil
 }
 
 // prepare builds the bundle: directories, overlay, network, /etc files and
 // config.json, pushing an undo for each.
-func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanup.Stack) (*netpolicy.Net, error) {
+func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanup.Stack, tr *trace) (*netpolicy.Net, error) {
 	id := spec.ID
 	dir := r.dir(id)
 	if _, err := os.Stat(dir); err == nil {
@@ -261,52 +266,89 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanup.
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
+	tr.step("dirs")
+	// The network comes up while the sandbox's disk is made and mounted:
+	// both are mostly waiting on the kernel, and a second core takes one.
+	type netResult struct {
+		n    *netpolicy.Net
+		err  error
+		took time.Duration
+	}
+	netc := make(chan netResult, 1)
+	go func() {
+		start := time.Now()
+		n, err := r.net.Setup(ctx, id, spec.AllowInternet)
+		netc <- netResult{n, err, time.Since(start)}
+	}()
 	undo.Push(func() error { return unmountRootfs(dir) })
-	if err := mountLog(dir); err != nil {
+	layerErr := r.mountLayer(ctx, spec, dir, ids, tr)
+	nr := <-netc
+	if nr.err == nil {
+		undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
+	}
+	if err := errors.Join(layerErr, nr.err); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
+	n := nr.n
+	tr.step("net_wait")
+	tr.attrs = append(tr.attrs, "net_parallel", nr.took.Round(time.Microsecond))
+	// Written to the upper dir before mounting, never through the template's symlinks.
+	if err := writeEtc(filepath.Join(dir, "disk", "upper"), spec, n.SandboxAddr, ids); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	tr.step("etc")
+	if err := mountRootfs(spec.RootfsDir, dir, ids); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	tr.step("overlay")
+	sysDir := filepath.Join(dir, "sys")
+	if err := mountSysfs(n.NSPath, sysDir); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	tr.step("sysfs")
+	if err := writeJSON(filepath.Join(dir, "config.json"), r.o.flavor.spec(ociSpec(spec, n.NSPath, r.cgroupsPath(id), sysDir, ids))); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	tr.step("config")
+	return n, nil
+}
+
+// mountLayer mounts the log tmpfs and the sandbox's disk (when it has a
+// quota) in dir and makes the overlay's upper and work dirs on it.
+func (r *Runtime) mountLayer(ctx context.Context, spec runtime.Spec, dir string, ids idmap.Range, tr *trace) error {
+	if err := mountLog(dir); err != nil {
+		return err
+	}
+	tr.step("log")
 	if spec.DiskMiB > 0 {
-		if err := r.mountDisk(ctx, filepath.Join(dir, "disk.img"), filepath.Join(dir, "disk"), spec.DiskMiB); err != nil {
-			return nil, fmt.Errorf("sandbox %s: %w", id, err)
+		if err := r.mountDisk(ctx, filepath.Join(dir, "disk.img"), filepath.Join(dir, "disk"), spec.DiskMiB, tr); err != nil {
+			return err
 		}
 	}
 	for _, d := range []string{"disk/upper", "disk/work"} {
 		p := filepath.Join(dir, d)
 		if err := os.Mkdir(p, 0o755); err != nil {
-			return nil, fmt.Errorf("sandbox %s: %w", id, err)
+			return err
 		}
 		if err := os.Chown(p, ids.Root(), ids.Root()); err != nil {
-			return nil, fmt.Errorf("sandbox %s: %w", id, err)
+			return err
 		}
 	}
-	n, err := r.net.Setup(ctx, id, spec.AllowInternet)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
-	// Written to the upper dir before mounting, never through the template's symlinks.
-	if err := writeEtc(filepath.Join(dir, "disk", "upper"), spec, n.SandboxAddr, ids); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	if err := mountRootfs(spec.RootfsDir, dir, ids); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	sysDir := filepath.Join(dir, "sys")
-	if err := mountSysfs(n.NSPath, sysDir); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	if err := writeJSON(filepath.Join(dir, "config.json"), ociSpec(spec, n.NSPath, r.cgroupsPath(id), sysDir, ids)); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	return n, nil
+	tr.step("layer")
+	return nil
 }
 
-// waitReady polls envd's port until it accepts a connection.
+// waitReady waits until envd accepts a connection. A refused dial (envd
+// not listening yet: the veth answers at once) is retried after a pause
+// that starts at 50 µs and doubles up to 2 ms, so readiness is seen within
+// a fraction of a millisecond without spinning; once the pause is at its
+// cap, a dead container init ends the wait early.
 func (r *Runtime) waitReady(ctx context.Context, h *runtime.Handle) error {
 	ctx, cancel := context.WithTimeout(ctx, r.o.readyTimeout)
 	defer cancel()
 	addr := net.JoinHostPort(h.Addr.String(), strconv.Itoa(envdPort))
 	var d net.Dialer
+	delay := 50 * time.Microsecond
 	for {
 		dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		c, err := d.DialContext(dctx, "tcp", addr)
@@ -315,14 +357,24 @@ func (r *Runtime) waitReady(ctx context.Context, h *runtime.Handle) error {
 			c.Close()
 			return nil
 		}
+		if delay == maxReadyDelay && h.PID > 0 && !processAlive(h.PID) {
+			tail, _ := readTail(r.logPath(h.ID), 2048)
+			return fmt.Errorf("sandbox %s: envd exited before listening on %s: %w (envd.log: %q)", h.ID, addr, errdefs.ErrUnavailable, tail)
+		}
+		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			tail, _ := readTail(r.logPath(h.ID), 2048)
 			return fmt.Errorf("sandbox %s: envd not reachable at %s: %w (envd.log: %q)", h.ID, addr, errors.Join(ctx.Err(), errdefs.ErrUnavailable), tail)
-		case <-time.After(3 * time.Millisecond):
+		case <-t.C:
 		}
+		delay = min(2*delay, maxReadyDelay)
 	}
 }
+
+// maxReadyDelay is waitReady's longest pause between two dials.
+const maxReadyDelay = 2 * time.Millisecond
 
 // Kill implements runtime.Runtime. It undoes what Create did; for a sandbox
 // this process did not create (after a restart) it removes every object named

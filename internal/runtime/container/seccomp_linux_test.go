@@ -40,7 +40,7 @@ func TestIoUringDenied(t *testing.T) {
 	t.Cleanup(func() { _ = r.Kill(context.Background(), id) })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := r.oci.command(ctx, "exec", r.containerName(id), "python3", "-c", ioUringScript).Output()
+	out, err := r.oci.output(r.oci.command(ctx, "exec", r.containerName(id), "python3", "-c", ioUringScript))
 	if err != nil {
 		t.Fatalf("script: %v %s", err, out)
 	}

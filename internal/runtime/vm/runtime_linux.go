@@ -19,6 +19,7 @@ import (
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/container"
 )
 
 // Name is the backend's registered name.
@@ -154,7 +155,8 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	// The container runtime allocates from the same ID space under
 	// <DataDir>/sandboxes: its ranges count as taken (and both lock both
 	// directories while allocating).
-	r.ids = idmap.NewAllocator(filepath.Join(r.dir, "sandboxes"), filepath.Join(cfg.DataDir, "sandboxes"))
+	r.ids = idmap.NewAllocator(filepath.Join(r.dir, "sandboxes"), filepath.Join(cfg.DataDir, "sandboxes"),
+		filepath.Join(cfg.DataDir, "gvisor", "sandboxes"))
 	for _, d := range []string{"kernel", "templates", "sandboxes", "snapshots"} {
 		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("vm runtime: %w", err)
@@ -162,7 +164,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	}
 	r.net = o.net
 	if r.net == nil {
-		if r.net, err = netpolicy.New(log); err != nil {
+		if r.net, err = container.SharedNetwork(cfg, log); err != nil {
 			return nil, fmt.Errorf("vm runtime: %w", err)
 		}
 	}

@@ -1,0 +1,88 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/moatsh/moat/internal/runtime"
+)
+
+// runtimeNames splits Config.Runtime ("container", or "container,gvisor,vm":
+// several side by side, the first the default) into names.
+func runtimeNames(s string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, n := range strings.Split(s, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		if seen[n] {
+			return nil, fmt.Errorf("runtime %s given twice", n)
+		}
+		seen[n] = true
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no runtime given")
+	}
+	return out, nil
+}
+
+// openRuntimes constructs the backends named in spec, sharing one
+// runtime.Shared (one network manager for all). close releases them.
+func openRuntimes(ctx context.Context, spec, dataDir string, log *slog.Logger) (rts []runtime.Runtime, close func(), err error) {
+	names, err := runtimeNames(spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("runtime: %w", err)
+	}
+	close = func() {
+		for i := len(rts) - 1; i >= 0; i-- {
+			if c, ok := rts[i].(io.Closer); ok {
+				if err := c.Close(); err != nil {
+					log.Warn("close runtime", "runtime", rts[i].Name(), "err", err)
+				}
+			}
+		}
+	}
+	shared := &runtime.Shared{}
+	for _, n := range names {
+		rt, err := runtime.New(ctx, n, runtime.Config{DataDir: dataDir, Logger: log, Shared: shared})
+		if err != nil {
+			close()
+			return nil, nil, fmt.Errorf("runtime %s: %w", n, err)
+		}
+		rts = append(rts, rt)
+	}
+	return rts, close, nil
+}
+
+// buildRuntime picks the runtime template build sandboxes run on: the
+// container runtime when enabled, else the first whose sandboxes can be
+// build sandboxes (gvisor: the same overlay upper dir), else what a
+// runtime provides (runtime.BuildRuntimer: the microVM backend's
+// container runtime). nil means RUN and COPY steps are refused.
+func buildRuntime(ctx context.Context, rts []runtime.Runtime, log *slog.Logger) runtime.Runtime {
+	for _, want := range []string{"container", "gvisor"} {
+		for _, rt := range rts {
+			if rt.Name() == want {
+				return rt
+			}
+		}
+	}
+	for _, rt := range rts {
+		if b, ok := rt.(runtime.BuildRuntimer); ok {
+			brt, err := b.BuildRuntime(ctx)
+			if err != nil {
+				log.Warn("RUN and COPY steps of template builds are unavailable", "err", err)
+				return nil
+			}
+			return brt
+		}
+	}
+	return rts[0]
+}

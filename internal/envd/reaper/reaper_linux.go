@@ -1,0 +1,128 @@
+// Package reaper lets envd be PID 1 of a sandbox without a second process:
+// it reaps the orphans that the kernel hands to PID 1, and leaves alone the
+// children that envd itself waits for (through os/exec).
+//
+// The two kinds are told apart by pidfds: on Linux ≥ 5.4 os/exec creates
+// every child together with a pidfd (CLONE_PIDFD) and holds it until its
+// Wait has reaped the child; an orphan was never our child, so we hold no
+// pidfd for it. A pass lists our zombie children first, then the PIDs of
+// our open pidfds, and reaps the zombies without one. A child started
+// after the listing is not in it; one in the listing had its pidfd from
+// its birth, so its exit status stays for its Wait.
+package reaper
+
+import (
+	"bytes"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Supported reports whether os/exec gives this process's children pidfds
+// that Wait uses (pidfd_open and waitid(P_PIDFD) work, as os/exec checks
+// them). Without them Start would take the exit status of envd's own
+// children; PID 1 then re-executes itself as a child instead.
+func Supported() bool {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	// Our own process is no child of ours: ECHILD means P_PIDFD is known.
+	if err := unix.Waitid(unix.P_PIDFD, fd, nil, unix.WEXITED|unix.WNOHANG, nil); err != unix.ECHILD {
+		return false
+	}
+	return unix.PidfdSendSignal(fd, 0, nil, 0) == nil
+}
+
+// Start reaps orphaned zombies now and on every SIGCHLD until the process
+// exits; it returns at once.
+func Start() {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, unix.SIGCHLD)
+	Reap()
+	go func() {
+		for range sigs {
+			Reap()
+		}
+	}()
+}
+
+// Reap runs one pass and returns how many orphans it reaped.
+func Reap() int {
+	zombies := zombieChildren()
+	if len(zombies) == 0 {
+		return 0
+	}
+	own := pidfdPIDs()
+	n := 0
+	for _, pid := range zombies {
+		if own[pid] {
+			continue
+		}
+		var ws unix.WaitStatus
+		if got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil); err == nil && got == pid {
+			n++
+		}
+	}
+	return n
+}
+
+// zombieChildren lists this process's children (of every thread) that have exited.
+func zombieChildren() []int {
+	files, _ := filepath.Glob("/proc/self/task/*/children")
+	var out []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, field := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(field)
+			if err == nil && isZombie(pid) {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// isZombie reads the state in /proc/PID/stat ("pid (comm) Z ...").
+func isZombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+}
+
+// pidfdPIDs returns the PIDs that this process holds pidfds for.
+func pidfdPIDs() map[int]bool {
+	ents, err := os.ReadDir("/proc/self/fd")
+	out := map[int]bool{}
+	if err != nil {
+		return out
+	}
+	for _, e := range ents {
+		if link, _ := os.Readlink("/proc/self/fd/" + e.Name()); link != "anon_inode:[pidfd]" {
+			continue
+		}
+		info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+				if pid, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && pid > 0 {
+					out[pid] = true
+				}
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,51 @@
+package reaper
+
+import (
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestReapKeepsOwnChildren makes this test process a subreaper (what PID 1
+// is), leaves an orphan to it and checks that Reap takes the orphan but
+// not the exit status of a child that os/exec still has to Wait for.
+func TestReapKeepsOwnChildren(t *testing.T) {
+	if !Supported() {
+		t.Skip("no pidfd support in this kernel (Linux ≥ 5.4)")
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Skipf("cannot become a subreaper: %v", err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+	// Our own child, exited with 7 and not yet waited for.
+	own := exec.Command("sh", "-c", "exit 7")
+	if err := own.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// An orphan: the shell prints its background child's PID and exits.
+	out, err := exec.Command("sh", "-c", "sleep 0.05 & echo $!").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, err := strconv.Atoi(string(out[:len(out)-1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reaped := false
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !reaped; {
+		Reap()
+		reaped = unix.Kill(orphan, 0) == unix.ESRCH
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !reaped {
+		t.Fatalf("orphan %d was not reaped", orphan)
+	}
+	err = own.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
+		t.Fatalf("own child: Wait = %v, want exit status 7", err)
+	}
+}

@@ -1,0 +1,83 @@
+package container
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/moatsh/moat/internal/idmap"
+	"github.com/moatsh/moat/internal/netpolicy"
+	"github.com/moatsh/moat/internal/runtime"
+)
+
+// flavor is what differs between the OCI runtimes this backend drives:
+// crun/runc (the "container" backend) or runsc (the "gvisor" backend,
+// gvisor_linux.go). Everything else (overlay, disk quota, network, cgroups,
+// ID ranges, recovery) is the same code.
+type flavor struct {
+	name   string        // registered runtime name, also Handle.Runtime
+	subdir string        // sandbox dirs: <DataDir>/<subdir>/<id>
+	gvisor *GVisorConfig // set for runsc
+}
+
+var containerFlavor = flavor{name: Name, subdir: "sandboxes"}
+
+// SandboxSubdirs are every backend's sandbox directories under a data
+// directory. Host ID ranges (package idmap) are allocated from one space
+// across all of them, so backends in one process never share a range.
+var SandboxSubdirs = []string{"sandboxes", filepath.Join("gvisor", "sandboxes"), filepath.Join("vm", "sandboxes")}
+
+// allocator allocates from f's directory, counting the others' ranges as taken.
+func (f flavor) allocator(dataDir string) *idmap.Allocator {
+	var also []string
+	for _, d := range SandboxSubdirs {
+		if d != f.subdir {
+			also = append(also, filepath.Join(dataDir, d))
+		}
+	}
+	return idmap.NewAllocator(filepath.Join(dataDir, f.subdir), also...)
+}
+
+// pick chooses the OCI binary.
+func (f flavor) pick(ctx context.Context, log *slog.Logger, override, root string) (*oci, error) {
+	if f.gvisor != nil {
+		return pickRunsc(ctx, log, *f.gvisor, root)
+	}
+	return pickOCI(ctx, log, override, root)
+}
+
+// others are the OCI runtimes whose leftover Moat containers Recover removes.
+func (f flavor) others(chosen *oci) []*oci {
+	if f.gvisor != nil {
+		return nil
+	}
+	return otherOCIs(chosen)
+}
+
+// spec adapts the bundle config to the OCI binary.
+func (f flavor) spec(s *specs.Spec) *specs.Spec {
+	if f.gvisor != nil {
+		runscSpec(s)
+	}
+	return s
+}
+
+// SharedNetwork returns the network manager of cfg.Shared (one per server
+// process, whatever backends it runs), making it on first use.
+func SharedNetwork(cfg runtime.Config, log *slog.Logger) (*netpolicy.Manager, error) {
+	if cfg.Shared != nil && cfg.Logger != nil {
+		log = cfg.Logger // shared: not one backend's
+	}
+	v, err := cfg.Shared.Get("netpolicy", func() (any, error) { return netpolicy.New(log) })
+	if err != nil {
+		return nil, err
+	}
+	m, ok := v.(*netpolicy.Manager)
+	if !ok {
+		return nil, fmt.Errorf("shared netpolicy is a %T", v)
+	}
+	return m, nil
+}

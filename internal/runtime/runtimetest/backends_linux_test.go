@@ -1,0 +1,160 @@
+package runtimetest_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moatsh/moat/internal/netpolicy"
+	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/container"
+	"github.com/moatsh/moat/internal/runtime/gvisor"
+	"github.com/moatsh/moat/internal/runtime/runtimetest"
+)
+
+func TestFake(t *testing.T) {
+	runtimetest.Run(t, func(t *testing.T) runtimetest.Harness {
+		return runtimetest.Harness{
+			Runtime: orchestratortest.NewRuntime(t),
+			Spec:    func(id string) runtime.Spec { return runtime.Spec{ID: id} },
+		}
+	})
+}
+
+func TestContainer(t *testing.T) { runBackend(t, "container") }
+
+func TestGVisor(t *testing.T) { runBackend(t, "gvisor") }
+
+// testRootfs is a real template root filesystem (with envd): MOAT_TEST_ROOTFS,
+// else the CI data dir's base template.
+func testRootfs(t *testing.T) string {
+	dir := os.Getenv("MOAT_TEST_ROOTFS")
+	if dir == "" {
+		dir = "/var/lib/moat-ci/templates/base/rootfs"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "usr/local/bin/envd")); err != nil {
+		requirement(t, fmt.Sprintf("no template rootfs with envd at %s (scripts/setup.sh builds it; or set MOAT_TEST_ROOTFS)", dir))
+	}
+	return dir
+}
+
+// requirement skips, or fails under CI=true: a backend test CI skips is a
+// test that does not exist.
+func requirement(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+}
+
+// runBackend runs the suite on a real backend with its own network scope,
+// OCI state root, cgroup parent and data dir, so it never touches a
+// running server's sandboxes.
+func runBackend(t *testing.T, name string) {
+	if os.Geteuid() != 0 {
+		requirement(t, "needs root")
+	}
+	rootfs := testRootfs(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	np, err := netpolicy.New(log, netpolicy.WithScope("moatrt", "rt", netip.MustParsePrefix("10.237.0.0/16")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = np.Close() })
+	runtimetest.Run(t, func(t *testing.T) runtimetest.Harness {
+		dataDir := t.TempDir()
+		if err := os.Chmod(filepath.Dir(dataDir), 0o711); err != nil { // sandbox roots traverse it
+			t.Fatal(err)
+		}
+		stateRoot := filepath.Join("/run", "moatrt-"+runtimetest.NewID())
+		t.Cleanup(func() { _ = os.RemoveAll(stateRoot) })
+		opts := []container.Option{container.WithStateRoot(stateRoot), container.WithCgroupParent("/moatrt"), container.WithNetwork(np)}
+		cfg := runtime.Config{DataDir: dataDir, Logger: log}
+		var rt *container.Runtime
+		if name == "gvisor" {
+			rt, err = gvisor.New(context.Background(), cfg, opts...)
+		} else {
+			rt, err = container.New(context.Background(), cfg, opts...)
+		}
+		if err != nil {
+			requirement(t, fmt.Sprintf("%s runtime: %v", name, err))
+		}
+		t.Cleanup(func() {
+			if _, err := rt.Recover(context.Background(), nil); err != nil {
+				t.Errorf("final recover: %v", err)
+			}
+		})
+		return runtimetest.Harness{
+			Runtime: rt,
+			Spec: func(id string) runtime.Spec {
+				return runtime.Spec{ID: id, RootfsDir: rootfs, VCPUs: 1, MemoryMiB: 256, Pids: 256, DiskMiB: 256, Hostname: "conf"}
+			},
+			Leaks: func(id string) []string { return hostLeaks(dataDir, id) },
+			Ready: envdReady,
+		}
+	})
+}
+
+// envdReady waits until envd accepts TCP connections on the sandbox's address.
+func envdReady(ctx context.Context, h *runtime.Handle) error {
+	addr := net.JoinHostPort(h.Addr.String(), "49983")
+	var last error
+	for i := 0; i < 100; i++ {
+		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return c.Close()
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	return last
+}
+
+// hostLeaks lists the host objects still named after id: mounts, netns,
+// sandbox directories and processes.
+func hostLeaks(dataDir, id string) []string {
+	var out []string
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, id) {
+				out = append(out, "mount: "+l)
+			}
+		}
+	}
+	if es, err := os.ReadDir("/run/netns"); err == nil {
+		for _, e := range es {
+			if strings.Contains(e.Name(), id) {
+				out = append(out, "netns: "+e.Name())
+			}
+		}
+	}
+	for _, d := range container.SandboxSubdirs {
+		if _, err := os.Stat(filepath.Join(dataDir, d, id)); err == nil {
+			out = append(out, "dir: "+filepath.Join(dataDir, d, id))
+		}
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline")); err == nil && strings.Contains(string(b), id) {
+			out = append(out, "process "+p.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return out
+}

@@ -1,0 +1,68 @@
+package runtimetest_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/moatsh/moat/internal/netpolicy"
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/runtimetest"
+	"github.com/moatsh/moat/internal/runtime/vm"
+)
+
+// TestVM runs the suite on microVMs (QEMU; TCG without KVM), one runtime
+// for all cases (it makes one template snapshot; ~15 s here in all).
+func TestVM(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		requirement(t, "qemu-system-x86_64 not installed (apt-get install qemu-system-x86)")
+	}
+	if os.Geteuid() != 0 {
+		requirement(t, "needs root")
+	}
+	rootfs := testRootfs(t)
+	dir := t.TempDir()
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	initBin := filepath.Join(dir, "moat-vminit")
+	build := exec.Command("go", "build", "-o", initBin, "github.com/moatsh/moat/cmd/moat-vminit")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build moat-vminit: %v: %s", err, out)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	np, err := netpolicy.New(log, netpolicy.WithScope("moatrv", "rv", netip.MustParsePrefix("10.238.0.0/16")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = np.Close() })
+	var once sync.Once
+	var rt *vm.Runtime
+	runtimetest.Run(t, func(t *testing.T) runtimetest.Harness {
+		once.Do(func() {
+			rt, err = vm.New(context.Background(), runtime.Config{DataDir: filepath.Join(dir, "data"), Logger: log},
+				vm.WithNetwork(np), vm.WithInit(initBin), vm.WithCgroupParent("/moatrv"))
+		})
+		if err != nil {
+			requirement(t, "vm runtime: "+err.Error())
+		}
+		return runtimetest.Harness{
+			Runtime: rt,
+			Spec: func(id string) runtime.Spec {
+				return runtime.Spec{ID: id, TemplateID: "base", RootfsDir: rootfs, VCPUs: 1, MemoryMiB: 256, Hostname: "conf"}
+			},
+			Leaks: func(id string) []string { return hostLeaks(filepath.Join(dir, "data"), id) },
+			Ready: envdReady,
+		}
+	})
+	if _, err := rt.Recover(context.Background(), nil); err != nil {
+		t.Errorf("final recover: %v", err)
+	}
+}
