@@ -48,32 +48,7 @@ func Pull(ctx context.Context, ref, cacheDir string, opts ...PullOpt) (*Image, e
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
 	}
-	plat, err := v1.ParsePlatform(o.platform)
-	if err != nil || plat.OS == "" || plat.Architecture == "" {
-		return nil, fmt.Errorf("platform %q: want os/arch[/variant]: %w", o.platform, errdefs.ErrInvalidArgument)
-	}
-	var nameOpts []name.Option
-	if o.insecure {
-		nameOpts = append(nameOpts, name.Insecure)
-	}
-	r, err := name.ParseReference(ref, nameOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("image reference %q: %v: %w", ref, err, errdefs.ErrInvalidArgument)
-	}
-	ropts := []remote.Option{remote.WithContext(ctx), remote.WithUserAgent("moat"), remote.WithPlatform(*plat)}
-	if o.transport != nil {
-		ropts = append(ropts, remote.WithTransport(o.transport))
-	}
-	if o.creds != nil {
-		ropts = append(ropts, remote.WithAuth(authn.FromConfig(authn.AuthConfig{
-			Username: o.creds.Username, Password: o.creds.Password, RegistryToken: o.creds.Token,
-		})))
-	}
-	desc, err := remote.Get(r, ropts...)
-	if err != nil {
-		return nil, classify(ref, err)
-	}
-	img, err := platformImage(ref, desc, plat)
+	img, plat, err := remoteImage(ctx, ref, o)
 	if err != nil {
 		return nil, err
 	}
@@ -86,23 +61,10 @@ func Pull(ctx context.Context, ref, cacheDir string, opts ...PullOpt) (*Image, e
 		return nil, classify(ref, err)
 	}
 	out := &Image{Ref: ref, Digest: digest.String(), Platform: o.platform}
-	cache := blobCache{dir: cacheDir}
-
-	var total int64
-	for _, l := range mf.Layers {
-		if !layerMediaTypes[l.MediaType] {
-			return nil, fmt.Errorf("%s: layer %s has media type %q: %w", ref, l.Digest, l.MediaType, ErrUnsupported)
-		}
-		if l.Size < 0 {
-			return nil, fmt.Errorf("%s: layer %s: negative size: %w", ref, l.Digest, ErrUnsupported)
-		}
-		total += l.Size
-		if total > o.maxSize {
-			return nil, fmt.Errorf("%s: layers exceed %d bytes: %w", ref, o.maxSize, ErrTooLarge)
-		}
-		out.Layers = append(out.Layers, Layer{Digest: l.Digest.String(), MediaType: string(l.MediaType), Size: l.Size})
+	if out.Layers, err = layersOf(ref, mf, o.maxSize); err != nil {
+		return nil, err
 	}
-
+	cache := blobCache{dir: cacheDir}
 	cfgPath, ok := cache.has(mf.Config.Digest.String(), mf.Config.Size)
 	if !ok {
 		raw, err := img.RawConfigFile()
@@ -116,17 +78,80 @@ func Pull(ctx context.Context, ref, cacheDir string, opts ...PullOpt) (*Image, e
 	if out.Config, err = readConfig(cfgPath, plat); err != nil {
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
+	if err := fetchLayers(ref, img, cache, out.Layers, o.log); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
+// remoteImage resolves ref at its registry to the image for o's platform.
+func remoteImage(ctx context.Context, ref string, o pullOptions) (v1.Image, *v1.Platform, error) {
+	plat, err := v1.ParsePlatform(o.platform)
+	if err != nil || plat.OS == "" || plat.Architecture == "" {
+		return nil, nil, fmt.Errorf("platform %q: want os/arch[/variant]: %w", o.platform, errdefs.ErrInvalidArgument)
+	}
+	var nameOpts []name.Option
+	if o.insecure {
+		nameOpts = append(nameOpts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, nameOpts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("image reference %q: %v: %w", ref, err, errdefs.ErrInvalidArgument)
+	}
+	ropts := []remote.Option{remote.WithContext(ctx), remote.WithUserAgent("moat"), remote.WithPlatform(*plat)}
+	if o.transport != nil {
+		ropts = append(ropts, remote.WithTransport(o.transport))
+	}
+	if o.creds != nil {
+		ropts = append(ropts, remote.WithAuth(authn.FromConfig(authn.AuthConfig{
+			Username: o.creds.Username, Password: o.creds.Password, RegistryToken: o.creds.Token,
+		})))
+	}
+	desc, err := remote.Get(r, ropts...)
+	if err != nil {
+		return nil, nil, classify(ref, err)
+	}
+	img, err := platformImage(ref, desc, plat)
+	if err != nil {
+		return nil, nil, err
+	}
+	return img, plat, nil
+}
+
+// layersOf checks the manifest's layers (media types, sizes, the total
+// against maxSize) and lists them.
+func layersOf(ref string, mf *v1.Manifest, maxSize int64) ([]Layer, error) {
+	var total int64
+	var out []Layer
+	for _, l := range mf.Layers {
+		if !layerMediaTypes[l.MediaType] {
+			return nil, fmt.Errorf("%s: layer %s has media type %q: %w", ref, l.Digest, l.MediaType, ErrUnsupported)
+		}
+		if l.Size < 0 {
+			return nil, fmt.Errorf("%s: layer %s: negative size: %w", ref, l.Digest, ErrUnsupported)
+		}
+		total += l.Size
+		if total > maxSize {
+			return nil, fmt.Errorf("%s: layers exceed %d bytes: %w", ref, maxSize, ErrTooLarge)
+		}
+		out = append(out, Layer{Digest: l.Digest.String(), MediaType: string(l.MediaType), Size: l.Size})
+	}
+	return out, nil
+}
+
+// fetchLayers fills in each layer's Path, downloading (downloadJobs at a
+// time) those the cache lacks.
+func fetchLayers(ref string, img v1.Image, cache blobCache, layers []Layer, log *slog.Logger) error {
 	var (
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, downloadJobs)
-		errs = make([]error, len(out.Layers))
+		errs = make([]error, len(layers))
 	)
-	for i := range out.Layers {
-		l := &out.Layers[i]
+	for i := range layers {
+		l := &layers[i]
 		if p, ok := cache.has(l.Digest, l.Size); ok {
 			l.Path = p
-			o.log.Debug("layer cached", "digest", l.Digest)
+			log.Debug("layer cached", "digest", l.Digest)
 			continue
 		}
 		wg.Go(func() {
@@ -134,15 +159,12 @@ func Pull(ctx context.Context, ref, cacheDir string, opts ...PullOpt) (*Image, e
 			defer func() { <-sem }()
 			l.Path, errs[i] = fetchLayer(ref, img, cache, *l)
 			if errs[i] == nil {
-				o.log.Info("layer downloaded", "digest", l.Digest, "bytes", l.Size)
+				log.Info("layer downloaded", "digest", l.Digest, "bytes", l.Size)
 			}
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return errors.Join(errs...)
 }
 
 func fetchLayer(ref string, img v1.Image, cache blobCache, l Layer) (string, error) {

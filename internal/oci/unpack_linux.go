@@ -154,50 +154,9 @@ func (t *tree) apply(h *tar.Header, r io.Reader, st *UnpackStats) error {
 	mode := uint32(h.Mode) & 0o7777
 	switch h.Typeflag {
 	case tar.TypeDir:
-		var s unix.Stat_t
-		err := unix.Fstatat(parent, e.base, &s, unix.AT_SYMLINK_NOFOLLOW)
-		if err == nil && s.Mode&unix.S_IFMT != unix.S_IFDIR {
-			if err := removeAt(parent, e.base); err != nil {
-				return fmt.Errorf("replace %s: %w", e.path, err)
-			}
-			err = unix.ENOENT
-		}
-		if errors.Is(err, unix.ENOENT) {
-			if err := unix.Mkdirat(parent, e.base, 0o700); err != nil {
-				return fmt.Errorf("mkdir %s: %w", e.path, err)
-			}
-		} else if err != nil {
-			return fmt.Errorf("stat %s: %w", e.path, err)
-		}
-		return t.setMeta(parent, e.base, h, mode, false)
+		return t.applyDir(parent, e, h, mode)
 	case tar.TypeReg:
-		fd, err := unix.Openat(parent, e.base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-		if err != nil {
-			return fmt.Errorf("create %s: %w", e.path, err)
-		}
-		f := os.NewFile(uintptr(fd), e.path)
-		defer f.Close()
-		if _, err := io.CopyN(f, r, h.Size); err != nil {
-			return fmt.Errorf("write %s: %w", e.path, err)
-		}
-		for k, v := range h.PAXRecords {
-			name, ok := strings.CutPrefix(k, "SCHILY.xattr.")
-			if ok && (name == "security.capability" || strings.HasPrefix(name, "user.")) {
-				if err := unix.Fsetxattr(fd, name, []byte(v), 0); err != nil {
-					t.log.Debug("xattr not kept", "path", e.path, "xattr", name, "err", err)
-				}
-			}
-		}
-		if t.chown {
-			if err := unix.Fchown(fd, h.Uid, h.Gid); err != nil {
-				return fmt.Errorf("chown %s: %w", e.path, err)
-			}
-		}
-		// After chown, which clears set-id bits.
-		if err := unix.Fchmod(fd, mode); err != nil {
-			return fmt.Errorf("chmod %s: %w", e.path, err)
-		}
-		return setTimes(parent, e.base, h)
+		return t.applyReg(parent, e, h, r, mode)
 	case tar.TypeSymlink:
 		if h.Linkname == "" || strings.IndexByte(h.Linkname, 0) >= 0 {
 			return fmt.Errorf("entry %q: invalid symlink target: %w", h.Name, ErrUnsafeLayer)
@@ -208,24 +167,7 @@ func (t *tree) apply(h *tar.Header, r io.Reader, st *UnpackStats) error {
 		}
 		return t.setMeta(parent, e.base, h, 0, true)
 	case tar.TypeLink:
-		lp, err := cleanEntryPath(h.Linkname)
-		if err != nil || lp == "" {
-			return fmt.Errorf("entry %q: hard link target %q: %w", h.Name, h.Linkname, ErrUnsafeLayer)
-		}
-		ldir, lbase := "", lp
-		if i := strings.LastIndexByte(lp, '/'); i >= 0 {
-			ldir, lbase = lp[:i], lp[i+1:]
-		}
-		lparent, err := t.openDir(ldir, false)
-		if err != nil {
-			return fmt.Errorf("hard link target %q: %w", h.Linkname, err)
-		}
-		defer unix.Close(lparent)
-		// flags 0: a link to a symlink links the symlink itself.
-		if err := unix.Linkat(lparent, lbase, parent, e.base, 0); err != nil {
-			return fmt.Errorf("hard link %s to %s: %w", e.path, lp, err)
-		}
-		return nil
+		return t.applyLink(parent, e, h)
 	case tar.TypeFifo:
 		if err := unix.Mknodat(parent, e.base, unix.S_IFIFO|0o600, 0); err != nil {
 			return fmt.Errorf("mkfifo %s: %w", e.path, err)
@@ -233,6 +175,82 @@ func (t *tree) apply(h *tar.Header, r io.Reader, st *UnpackStats) error {
 		return t.setMeta(parent, e.base, h, mode, false)
 	}
 	t.log.Debug("skip entry of unknown type", "path", e.path, "type", h.Typeflag)
+	return nil
+}
+
+// applyDir makes directory e (replacing a non-directory there) and sets
+// its metadata.
+func (t *tree) applyDir(parent int, e entry, h *tar.Header, mode uint32) error {
+	var s unix.Stat_t
+	err := unix.Fstatat(parent, e.base, &s, unix.AT_SYMLINK_NOFOLLOW)
+	if err == nil && s.Mode&unix.S_IFMT != unix.S_IFDIR {
+		if err := removeAt(parent, e.base); err != nil {
+			return fmt.Errorf("replace %s: %w", e.path, err)
+		}
+		err = unix.ENOENT
+	}
+	if errors.Is(err, unix.ENOENT) {
+		if err := unix.Mkdirat(parent, e.base, 0o700); err != nil {
+			return fmt.Errorf("mkdir %s: %w", e.path, err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("stat %s: %w", e.path, err)
+	}
+	return t.setMeta(parent, e.base, h, mode, false)
+}
+
+// applyReg creates regular file e (which must not exist: O_EXCL,
+// O_NOFOLLOW) with r's h.Size bytes, its allowed xattrs, owner and mode.
+func (t *tree) applyReg(parent int, e entry, h *tar.Header, r io.Reader, mode uint32) error {
+	fd, err := unix.Openat(parent, e.base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", e.path, err)
+	}
+	f := os.NewFile(uintptr(fd), e.path)
+	defer f.Close()
+	if _, err := io.CopyN(f, r, h.Size); err != nil {
+		return fmt.Errorf("write %s: %w", e.path, err)
+	}
+	for k, v := range h.PAXRecords {
+		name, ok := strings.CutPrefix(k, "SCHILY.xattr.")
+		if ok && (name == "security.capability" || strings.HasPrefix(name, "user.")) {
+			if err := unix.Fsetxattr(fd, name, []byte(v), 0); err != nil {
+				t.log.Debug("xattr not kept", "path", e.path, "xattr", name, "err", err)
+			}
+		}
+	}
+	if t.chown {
+		if err := unix.Fchown(fd, h.Uid, h.Gid); err != nil {
+			return fmt.Errorf("chown %s: %w", e.path, err)
+		}
+	}
+	// After chown, which clears set-id bits.
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return fmt.Errorf("chmod %s: %w", e.path, err)
+	}
+	return setTimes(parent, e.base, h)
+}
+
+// applyLink makes e a hard link to an entry already in the tree (resolved
+// beneath the root, never through a symlink).
+func (t *tree) applyLink(parent int, e entry, h *tar.Header) error {
+	lp, err := cleanEntryPath(h.Linkname)
+	if err != nil || lp == "" {
+		return fmt.Errorf("entry %q: hard link target %q: %w", h.Name, h.Linkname, ErrUnsafeLayer)
+	}
+	ldir, lbase := "", lp
+	if i := strings.LastIndexByte(lp, '/'); i >= 0 {
+		ldir, lbase = lp[:i], lp[i+1:]
+	}
+	lparent, err := t.openDir(ldir, false)
+	if err != nil {
+		return fmt.Errorf("hard link target %q: %w", h.Linkname, err)
+	}
+	defer unix.Close(lparent)
+	// flags 0: a link to a symlink links the symlink itself.
+	if err := unix.Linkat(lparent, lbase, parent, e.base, 0); err != nil {
+		return fmt.Errorf("hard link %s to %s: %w", e.path, lp, err)
+	}
 	return nil
 }
 
