@@ -83,34 +83,9 @@ func applyUpper(upper, rootfs string, ids idShift, skipped func(rel string)) err
 		case mode&fs.ModeCharDevice != 0 && st.Rdev == 0: // whiteout
 			return removeAll(root, rel)
 		case mode.IsDir():
-			opaque := false
-			if v, err := lgetxattr(path, "trusted.overlay.opaque"); err == nil && v == "y" {
-				opaque = true
-			}
-			if cur, err := root.Lstat(rel); err != nil || !cur.IsDir() || opaque {
-				if err := removeAll(root, rel); err != nil {
-					return err
-				}
-				if err := root.Mkdir(rel, 0o700); err != nil {
-					return fmt.Errorf("mkdir %s: %w", rel, err)
-				}
-			}
-			if err := root.Lchown(rel, uid, gid); err != nil {
-				return fmt.Errorf("chown %s: %w", rel, err)
-			}
-			return root.Chmod(rel, mode&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky))
+			return upperDir(root, path, rel, uid, gid, mode)
 		case mode&fs.ModeSymlink != 0:
-			target, err := os.Readlink(path)
-			if err != nil {
-				return err
-			}
-			if err := removeAll(root, rel); err != nil {
-				return err
-			}
-			if err := root.Symlink(target, rel); err != nil {
-				return fmt.Errorf("symlink %s: %w", rel, err)
-			}
-			return root.Lchown(rel, uid, gid)
+			return upperSymlink(root, path, rel, uid, gid)
 		case mode.IsRegular():
 			if err := removeAll(root, rel); err != nil {
 				return err
@@ -127,6 +102,44 @@ func applyUpper(upper, rootfs string, ids idShift, skipped func(rel string)) err
 			return nil
 		}
 	})
+}
+
+// upperDir makes directory rel in root like the upper's at path: a
+// non-directory there, or everything when the upper's is opaque, goes
+// first; owner and mode follow.
+func upperDir(root *os.Root, path, rel string, uid, gid int, mode fs.FileMode) error {
+	opaque := false
+	if v, err := lgetxattr(path, "trusted.overlay.opaque"); err == nil && v == "y" {
+		opaque = true
+	}
+	if cur, err := root.Lstat(rel); err != nil || !cur.IsDir() || opaque {
+		if err := removeAll(root, rel); err != nil {
+			return err
+		}
+		if err := root.Mkdir(rel, 0o700); err != nil {
+			return fmt.Errorf("mkdir %s: %w", rel, err)
+		}
+	}
+	if err := root.Lchown(rel, uid, gid); err != nil {
+		return fmt.Errorf("chown %s: %w", rel, err)
+	}
+	return root.Chmod(rel, mode&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky))
+}
+
+// upperSymlink replaces rel in root with the upper's symlink at path
+// (its target stored, never followed).
+func upperSymlink(root *os.Root, path, rel string, uid, gid int) error {
+	target, err := os.Readlink(path)
+	if err != nil {
+		return err
+	}
+	if err := removeAll(root, rel); err != nil {
+		return err
+	}
+	if err := root.Symlink(target, rel); err != nil {
+		return fmt.Errorf("symlink %s: %w", rel, err)
+	}
+	return root.Lchown(rel, uid, gid)
 }
 
 // removeAll removes rel in root if it exists.
