@@ -68,8 +68,14 @@ func TestUploadDownloadSDKFrames(t *testing.T) {
 		}
 	}
 
-	// files.read(..., {gzip:true}).
-	r := do(t, "GET", e.URL+"/files?path="+url.QueryEscape(abs), map[string]string{"Accept-Encoding": "gzip"}, nil)
+	// files.read(..., {gzip:true}): data that compresses comes gzipped; a
+	// tiny file comes as it is (gzip would not pay; identity is acceptable).
+	long := strings.Repeat("hello moat, line after line\n", 1000)
+	longPath := filepath.Join(e.Home, "dir", "long.txt")
+	if err := os.WriteFile(longPath, []byte(long), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := do(t, "GET", e.URL+"/files?path="+url.QueryEscape(longPath), map[string]string{"Accept-Encoding": "gzip"}, nil)
 	if r.Header.Get("Content-Encoding") != "gzip" || r.Header.Get("Content-Type") != "text/plain; charset=utf-8" {
 		t.Fatalf("gzip download headers %v", r.Header)
 	}
@@ -77,8 +83,12 @@ func TestUploadDownloadSDKFrames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := io.ReadAll(zr); string(b) != "hello" {
-		t.Fatalf("gzip download = %q", b)
+	if b, _ := io.ReadAll(zr); string(b) != long {
+		t.Fatalf("gzip download: %d bytes, want %d", len(b), len(long))
+	}
+	r = do(t, "GET", e.URL+"/files?path="+url.QueryEscape(abs), map[string]string{"Accept-Encoding": "gzip"}, nil)
+	if r.Status != 200 || r.Header.Get("Content-Encoding") != "" || string(r.Body) != "hello" {
+		t.Fatalf("tiny file with gzip accepted: %d %v %q", r.Status, r.Header, r.Body)
 	}
 
 	// Range requests work on identity downloads.
