@@ -1,9 +1,14 @@
 // Package vm is the microVM backend of the Runtime interface: every sandbox
 // is a QEMU microvm with its own Linux kernel, restored from a snapshot of
-// its template taken right after envd first answered (or from a snapshot of
-// another sandbox, see Runtime.Snapshot). A sandbox's RAM is its own sparse
-// copy of the snapshot's memory file, mapped shared, so that Pause only has
-// to save the device state next to it and can end QEMU.
+// its template taken right after envd first answered and ran a few warm-up
+// commands (warm_linux.go: the first command of a restored guest then finds
+// the shell and C library in its page cache), or from a snapshot of another
+// sandbox, see Runtime.Snapshot. A sandbox's RAM is its own sparse copy of
+// the snapshot's memory file, mapped shared, so that Pause only has to save
+// the device state next to it, sync the pages the guest dirtied and end
+// QEMU. The copy and the disk overlay are made ahead of creates and written
+// back to disk ("spares", spare_linux.go), so a create only renames them and
+// a sandbox's first pause writes only what its guest changed.
 //
 // Files under <DataDir>/vm:
 //
@@ -16,6 +21,7 @@
 //	                                                  log/qemu.log (QEMU's output, on a 1 MiB tmpfs), pid
 //	sandboxes/tpl<hash>/                              idmap only, while a template boots (its QEMU's host IDs)
 //	snapshots/<id>/                                   mem, state, disk.qcow2, meta.json of Runtime.Snapshot
+//	spares/<instance>/<n>/                            mem, disk.qcow2 made ahead for a template snapshot's next create
 //
 // Every QEMU runs jailed (jail_linux.go, internal/jail): as an unprivileged
 // host user and group of its own (the root of the sandbox's idmap range),

@@ -79,7 +79,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id, snapID string) (retErr error
 // disk into dst. The copies need not be durable yet: they do not change
 // once the guest runs again.
 func (r *Runtime) copyStopped(ctx context.Context, c *qmp.Client, con *console, dir, dst string) (int64, error) {
-	if err := r.freeze(ctx, c, con, filepath.Join(dst, "state")); err != nil {
+	if err := r.freeze(ctx, c, con, filepath.Join(dst, "state"), &pauseTimes{}); err != nil {
 		return 0, err
 	}
 	n, err := sparse.Copy(filepath.Join(dir, "mem"), filepath.Join(dst, "mem"))

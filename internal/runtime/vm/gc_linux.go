@@ -127,7 +127,7 @@ func (r *Runtime) pruneSnapshots(dir, bootLine string, used fileSet, cutoff time
 		stale := false
 		switch {
 		case e.IsDir() && strings.HasPrefix(e.Name(), "snap-"):
-			stale = isReady(p) && !metaHas(filepath.Join(p, "meta"), bootLine, "image "+imageName)
+			stale = isReady(p) && !metaHas(filepath.Join(p, "meta"), bootLine, "image "+imageName, warmMetaLine)
 		case !e.IsDir() && strings.HasSuffix(e.Name(), ".ext4") && e.Name() != imageName:
 			stale = true // rootfs.ext4 of an older image layout
 		}

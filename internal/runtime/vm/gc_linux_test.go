@@ -45,7 +45,7 @@ func templateDir(t *testing.T, vmDir, key string, snaps map[string]string) strin
 	mustWrite(t, filepath.Join(dir, imageName), "ext4")
 	for name, boot := range snaps {
 		s := filepath.Join(dir, name)
-		mustWrite(t, filepath.Join(s, "meta"), "memory 512 MiB\n"+boot+"\nimage "+imageName+"\n")
+		mustWrite(t, filepath.Join(s, "meta"), "memory 512 MiB\n"+boot+"\nimage "+imageName+"\n"+warmMetaLine+"\n")
 		mustWrite(t, filepath.Join(s, readyFile), "now")
 		writeQcow2(t, filepath.Join(s, "disk.qcow2"), filepath.Join(dir, imageName))
 	}

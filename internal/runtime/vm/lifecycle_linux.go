@@ -88,6 +88,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 		return nil, err
 	}
 	b.handle, b.created = h, true
+	r.flush.add(filepath.Join(r.sandboxDir(id), "mem"))
 	from := "template"
 	if spec.Snapshot != "" {
 		from = "snapshot " + spec.Snapshot
@@ -95,8 +96,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	r.log.InfoContext(ctx, "sandbox created", "sandbox", id, "from", from, "addr", h.Addr, "pid", h.PID, "accel", snap.Accel,
 		"took", time.Since(start).Round(time.Millisecond), "snapshot", snapped.Sub(start).Round(time.Millisecond),
 		"copy", tm.copied.Sub(snapped).Round(time.Millisecond), "mem_data_mib", tm.memData>>20,
-		"launch", tm.launched.Sub(tm.copied).Round(time.Millisecond), "restore", tm.restored.Sub(tm.launched).Round(time.Millisecond),
-		"envd", time.Since(tm.restored).Round(time.Millisecond))
+		"net", tm.netUp.Sub(tm.copied).Round(time.Millisecond), "launch", tm.launched.Sub(tm.netUp).Round(time.Millisecond),
+		"load", tm.loaded.Sub(tm.launched).Round(time.Millisecond), "cont", tm.restored.Sub(tm.loaded).Round(time.Millisecond),
+		"health", tm.health.Sub(tm.restored).Round(time.Millisecond), "marker", time.Since(tm.health).Round(time.Millisecond))
 	return h, nil
 }
 
@@ -110,8 +112,8 @@ func (r *Runtime) sourceSnapshot(ctx context.Context, spec runtime.Spec) (*snaps
 
 // restoreTimes are the milestones of a restore, for the log.
 type restoreTimes struct {
-	copied, launched, restored time.Time
-	memData                    int64 // bytes of memory file data copied
+	copied, netUp, launched, loaded, restored, health time.Time
+	memData                                           int64 // bytes of memory file data copied
 }
 
 // restore gives sandbox spec.ID its files, network and QEMU, loads snap
@@ -139,6 +141,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	b.undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
+	tm.netUp = time.Now()
 	m := r.sandboxMachine(id, meta)
 	ids, err := r.sandboxIDs(dir)
 	if err != nil {
@@ -154,7 +157,11 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 	defer restored.stop()
 	grown := p.con.watch(guestinit.GrownMarker)
 	defer grown.stop()
-	if err := loadState(ctx, c, snap.state()); err != nil {
+	if err := incoming(ctx, c, snap.state()); err != nil {
+		return nil, tm, fmt.Errorf("sandbox %s: restore: %w", id, err)
+	}
+	tm.loaded = time.Now()
+	if err := c.Execute(ctx, "cont", nil, nil); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: restore: %w", id, err)
 	}
 	if grow > 0 {
@@ -170,6 +177,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 	if err := waitHealth(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w (console: %q)", id, err, p.con.tail(1024))
 	}
+	tm.health = time.Now()
 	// Fresh CRNG and clock before anyone else talks to the guest.
 	if err := restored.wait(ctx, r.o.readyTimeout); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
@@ -183,7 +191,8 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 }
 
 // prepareDir creates the sandbox directory with its own copy of snap's
-// memory file, its disk (an overlay of the template's disk) and meta.json.
+// memory file, its disk (an overlay of the template's disk) and meta.json:
+// a spare's files when there is one (see spare_linux.go), else copies.
 func (r *Runtime) prepareDir(ctx context.Context, spec runtime.Spec, snap *snapshot, dir string, b *sandbox, tm *restoreTimes) (*vmMeta, error) {
 	if _, err := os.Stat(dir); err == nil {
 		return nil, fmt.Errorf("%s exists: %w", dir, errdefs.ErrAlreadyExists)
@@ -192,22 +201,10 @@ func (r *Runtime) prepareDir(ctx context.Context, spec runtime.Spec, snap *snaps
 		return nil, err
 	}
 	b.undo.Push(func() error { return os.RemoveAll(dir) })
-	n, err := sparse.Copy(snap.mem(), filepath.Join(dir, "mem"))
-	if err != nil {
-		return nil, err
-	}
-	tm.memData = n
-	disk := filepath.Join(dir, "disk.qcow2")
-	if snap.Fork {
-		// The snapshot's disk is an overlay of the template's disk: a copy
-		// of it keeps that backing file, and the sandbox does not depend
-		// on the snapshot once created (DeleteSnapshot may remove it).
-		_, err = sparse.Copy(snap.disk(), disk)
-	} else {
-		err = qcow2Overlay(ctx, snap.disk(), "qcow2", disk)
-	}
-	if err != nil {
-		return nil, err
+	if !r.spares.take(snap, dir) {
+		if err := copySnapshotFiles(ctx, snap, dir, tm); err != nil {
+			return nil, err
+		}
 	}
 	meta := metaOf(snap)
 	meta.Source, meta.AllowInternet = snap.Dir, spec.AllowInternet
@@ -215,6 +212,28 @@ func (r *Runtime) prepareDir(ctx context.Context, spec runtime.Spec, snap *snaps
 		return nil, err
 	}
 	return meta, nil
+}
+
+// copySnapshotFiles gives dir its own copy of snap's memory file (whose
+// writeback starts at once, so that a pause soon after does not wait for
+// it) and its disk: an overlay of snap's, or for a Fork a copy.
+func copySnapshotFiles(ctx context.Context, snap *snapshot, dir string, tm *restoreTimes) error {
+	mem := filepath.Join(dir, "mem")
+	n, err := sparse.Copy(snap.mem(), mem)
+	if err != nil {
+		return err
+	}
+	go startWriteback(mem)
+	tm.memData = n
+	disk := filepath.Join(dir, "disk.qcow2")
+	if snap.Fork {
+		// The snapshot's disk is an overlay of the template's disk: a copy
+		// of it keeps that backing file, and the sandbox does not depend
+		// on the snapshot once created (DeleteSnapshot may remove it).
+		_, err = sparse.Copy(snap.disk(), disk)
+		return err
+	}
+	return qcow2Overlay(ctx, snap.disk(), "qcow2", disk)
 }
 
 // sandboxMachine is the QEMU of sandbox id restoring into its own files.
@@ -348,6 +367,7 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 	if !b.created {
 		r.pushAll(ctx, id, b)
 	}
+	r.flush.remove(filepath.Join(r.sandboxDir(id), "mem"))
 	err := b.undo.Run()
 	b.created, b.paused, b.proc, b.qmp = false, false, nil, nil
 	r.boxes.Forget(id, b)

@@ -130,3 +130,22 @@ func ignoringEINTR(f func() error) error {
 		}
 	}
 }
+
+// unsyncedBytes is how much of paths is waiting to be written back (dirty
+// or under writeback in the page cache, by cachestat(2)): what syncing
+// them writes. Unknown counts as 0 (kernels before 6.5).
+func unsyncedBytes(paths ...string) int64 {
+	var n int64
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		var st unix.Cachestat_t
+		if unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &st, 0) == nil {
+			n += int64(st.Dirty+st.Writeback) * int64(os.Getpagesize())
+		}
+		f.Close()
+	}
+	return n
+}

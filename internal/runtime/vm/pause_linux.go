@@ -86,37 +86,52 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
-	start := time.Now()
-	if err := r.savePaused(ctx, c, b.proc.con, dir); err != nil {
+	var pt pauseTimes
+	pt.start = time.Now()
+	if err := r.savePaused(ctx, c, b.proc.con, dir, &pt); err != nil {
 		_ = os.Remove(filepath.Join(dir, "state.tmp"))
 		if terr := r.thaw(ctx, c, b.proc.con, false); terr != nil {
 			err = errors.Join(err, fmt.Errorf("continue after the failed pause: %w", terr))
 		}
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
-	saved := time.Now()
+	pt.committed = time.Now()
 	// The pause is complete: what fails from here on is left for Kill,
 	// which removes everything by name.
-	if err := r.release(ctx, id, b); err != nil {
+	if err := r.release(ctx, id, b, &pt); err != nil {
 		r.log.WarnContext(ctx, "sandbox paused; cleanup incomplete", "sandbox", id, "err", err)
 	}
 	b.paused = true
+	b.pauseWritten = pt.written
 	b.handle = &runtime.Handle{ID: id, Runtime: Name, Paused: true}
-	r.log.InfoContext(ctx, "sandbox paused", "sandbox", id, "took", time.Since(start).Round(time.Millisecond),
-		"save", saved.Sub(start).Round(time.Millisecond), "quit", time.Since(saved).Round(time.Millisecond))
+	ms := func(a, b time.Time) time.Duration { return b.Sub(a).Round(time.Millisecond) }
+	r.log.InfoContext(ctx, "sandbox paused", "sandbox", id, "took", time.Since(pt.start).Round(time.Millisecond),
+		"link_down", ms(pt.start, pt.linkDown), "save", ms(pt.linkDown, pt.saved), "sync", ms(pt.saved, pt.synced),
+		"commit", ms(pt.synced, pt.committed), "quit", ms(pt.committed, pt.quit), "teardown", time.Since(pt.quit).Round(time.Millisecond),
+		"written_kib", pt.written>>10)
 	return nil
+}
+
+// pauseTimes are the milestones of a pause, for the log, and the bytes it
+// wrote (memory pages dirty when it synced, the state file).
+type pauseTimes struct {
+	start, linkDown, saved, synced, committed, quit time.Time
+	written                                         int64
 }
 
 // savePaused freezes the guest into dir/state (see the file comment); on
 // error dir/state does not exist and QEMU still runs, stopped.
-func (r *Runtime) savePaused(ctx context.Context, c *qmp.Client, con *console, dir string) error {
+func (r *Runtime) savePaused(ctx context.Context, c *qmp.Client, con *console, dir string, pt *pauseTimes) error {
 	tmp, state := filepath.Join(dir, "state.tmp"), filepath.Join(dir, "state")
-	if err := r.freeze(ctx, c, con, tmp); err != nil {
+	if err := r.freeze(ctx, c, con, tmp, pt); err != nil {
 		return err
 	}
+	pt.saved = time.Now()
+	pt.written = unsyncedBytes(filepath.Join(dir, "mem"), filepath.Join(dir, "disk.qcow2"), tmp)
 	if err := syncFiles(filepath.Join(dir, "mem"), filepath.Join(dir, "disk.qcow2"), tmp); err != nil {
 		return err
 	}
+	pt.synced = time.Now()
 	if err := os.Rename(tmp, state); err != nil {
 		return fmt.Errorf("commit state: %w", err)
 	}
@@ -130,7 +145,7 @@ func (r *Runtime) savePaused(ctx context.Context, c *qmp.Client, con *console, d
 // freeze cuts the guest's link (moat-vminit notes it, so that raising it
 // again makes the guest renew its CRNG and clock as after a restore), stops
 // the vCPUs and saves the device state to path; RAM stays in the memory file.
-func (r *Runtime) freeze(ctx context.Context, c *qmp.Client, con *console, path string) error {
+func (r *Runtime) freeze(ctx context.Context, c *qmp.Client, con *console, path string, pt *pauseTimes) error {
 	down := con.watch(guestinit.LinkDownMarker)
 	defer down.stop()
 	if err := setLink(ctx, c, false); err != nil {
@@ -139,6 +154,7 @@ func (r *Runtime) freeze(ctx context.Context, c *qmp.Client, con *console, path 
 	if err := down.wait(ctx, r.o.readyTimeout); err != nil {
 		return err
 	}
+	pt.linkDown = time.Now()
 	if err := saveState(ctx, c, path); err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
@@ -165,14 +181,17 @@ func (r *Runtime) thaw(ctx context.Context, c *qmp.Client, con *console, wait bo
 	return restored.wait(ctx, r.o.readyTimeout)
 }
 
-// release quits a paused sandbox's QEMU and removes its network and cgroup;
-// afterwards b.undo holds the by-name undos of Kill. b.mu is held.
-func (r *Runtime) release(ctx context.Context, id string, b *sandbox) error {
+// release quits a paused sandbox's QEMU and removes its network and cgroup
+// (noting when QEMU was gone in pt); afterwards b.undo holds the by-name
+// undos of Kill. b.mu is held.
+func (r *Runtime) release(ctx context.Context, id string, b *sandbox, pt *pauseTimes) error {
 	ctx = context.WithoutCancel(ctx)
+	r.flush.remove(filepath.Join(r.sandboxDir(id), "mem"))
 	var errs []error
 	if b.proc != nil {
 		errs = append(errs, b.proc.stop(ctx, b.qmp))
 	}
+	pt.quit = time.Now()
 	if b.qmp != nil {
 		b.qmp.Close()
 	}
@@ -225,6 +244,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 	b.undo = cleanup.Stack{}
 	r.pushAll(ctx, id, b)
 	b.handle = h
+	r.flush.add(filepath.Join(dir, "mem"))
 	if err != nil {
 		return h, fmt.Errorf("resume sandbox %s (running, but not healthy): %w", id, err)
 	}

@@ -269,12 +269,12 @@ func TestRecoverCrashWindows(t *testing.T) {
 		sh(t, h, "echo "+h.ID+" > /dev/shm/value")
 	}
 	b, _ := r.boxes.Lookup(committed.ID)
-	if err := r.savePaused(ctx, b.qmp, b.proc.con, r.sandboxDir(committed.ID)); err != nil {
+	if err := r.savePaused(ctx, b.qmp, b.proc.con, r.sandboxDir(committed.ID), &pauseTimes{}); err != nil {
 		t.Fatal(err)
 	}
 	dir := r.sandboxDir(uncommitted.ID)
 	b, _ = r.boxes.Lookup(uncommitted.ID)
-	if err := r.freeze(ctx, b.qmp, b.proc.con, filepath.Join(dir, "state.tmp")); err != nil {
+	if err := r.freeze(ctx, b.qmp, b.proc.con, filepath.Join(dir, "state.tmp"), &pauseTimes{}); err != nil {
 		t.Fatal(err)
 	}
 	dropQMP(r, committed.ID)

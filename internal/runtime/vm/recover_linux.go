@@ -43,7 +43,7 @@ func adoptProc(dir string) *proc {
 // everything of any other sandbox, unfinished template snapshots and
 // snapshots, and stray cgroups.
 func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle, error) {
-	errs := []error{r.net.Recover(ctx, live)}
+	errs := []error{r.net.Recover(ctx, live), r.spares.removeOthers()}
 	isLive := map[string]bool{}
 	for _, id := range live {
 		isLive[id] = true
@@ -163,6 +163,7 @@ func (r *Runtime) adoptRunning(ctx context.Context, id string, p *proc) (*runtim
 	b.handle = &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: p.pid}
 	b.created = true
 	r.pushAll(context.Background(), id, b)
+	r.flush.add(filepath.Join(r.sandboxDir(id), "mem"))
 	return b.handle, nil
 }
 

@@ -53,6 +53,8 @@ type options struct {
 	bootTimeout  time.Duration
 	diskFreeMiB  int
 	noJail       bool
+	spares       int
+	coldSnapshot bool // tests: no warm-up commands before a template snapshot
 }
 
 // WithAccel picks the accelerator: "auto" (KVM when a probe guest boots
@@ -83,6 +85,11 @@ func WithDiskFree(mib int) Option { return func(o *options) { o.diskFreeMiB = mi
 // namespace, as before the jail existed: for benchmarks and debugging only.
 func WithoutJail() Option { return func(o *options) { o.noJail = true } }
 
+// WithSpares sets how many sandboxes' files (memory copy, disk overlay)
+// each template snapshot keeps made ahead of creates (see
+// spare_linux.go); 0 turns them off. Default 2.
+func WithSpares(n int) Option { return func(o *options) { o.spares = n } }
+
 // Runtime runs sandboxes as QEMU microVMs. Safe for concurrent use.
 type Runtime struct {
 	log    *slog.Logger
@@ -100,7 +107,9 @@ type Runtime struct {
 	boot      *bootFiles             // guarded by snapMu
 	snapLocks map[string]*sync.Mutex // snapshot dir → its lock; guarded by snapMu
 
-	boxes runtime.Boxes[sandbox]
+	boxes  runtime.Boxes[sandbox]
+	spares *spareSet
+	flush  flusher // memory files of the sandboxes this process runs
 }
 
 // sandbox is one VM's bookkeeping.
@@ -112,13 +121,15 @@ type sandbox struct {
 	qmp     *qmp.Client // guarded by mu; nil for adopted VMs until needed
 	created bool        // guarded by mu
 	paused  bool        // guarded by mu; saved to <dir>/state, no QEMU, network or cgroup
+	// pauseWritten is what the last Pause wrote (bytes; guarded by mu).
+	pauseWritten int64
 }
 
 // New checks the host and installs the network policy. The guest kernel,
 // initramfs and template snapshots are prepared lazily by the first Create.
 func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
 	o := options{accel: os.Getenv("MOAT_VM_ACCEL"), cgroupParent: "/moat", readyTimeout: 30 * time.Second,
-		bootTimeout: 120 * time.Second, diskFreeMiB: 128}
+		bootTimeout: 120 * time.Second, diskFreeMiB: 128, spares: defaultSpares}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -152,6 +163,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	}
 	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, tscKHz: hostTSCkHz(),
 		snapLocks: map[string]*sync.Mutex{}}
+	r.spares = newSpareSet(log, r.dir, o.spares)
 	// The container runtime allocates from the same ID space under
 	// <DataDir>/sandboxes: its ranges count as taken (and both lock both
 	// directories while allocating).

@@ -174,14 +174,6 @@ func migrateTo(ctx context.Context, c *qmp.Client, path string, ignoreShared boo
 	return waitMigration(ctx, c, "query-migrate")
 }
 
-// loadState feeds path to a QEMU started with -incoming defer and resumes it.
-func loadState(ctx context.Context, c *qmp.Client, path string) error {
-	if err := incoming(ctx, c, path); err != nil {
-		return err
-	}
-	return c.Execute(ctx, "cont", nil, nil)
-}
-
 // incoming feeds path to a QEMU started with -incoming defer -S and waits
 // until the device state is loaded; the guest stays stopped.
 func incoming(ctx context.Context, c *qmp.Client, path string) error {
