@@ -185,7 +185,7 @@ func (o *Orchestrator) addMember(ctx context.Context, p *pool, tpl store.Templat
 	if err := o.waitHealthy(rctx, spec.ID, h.Addr); err != nil {
 		return fmt.Errorf("pool %s: %w", tpl.Name, err)
 	}
-	o.warmUp(rctx, h.Addr)
+	o.warmUp(rctx, h.Addr, tpl.ID)
 	m := &member{spec: spec, addr: *h, tplID: tpl.ID, version: templateVersion(tpl), release: release, made: time.Now()}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -197,18 +197,24 @@ func (o *Orchestrator) addMember(ctx context.Context, p *pool, tpl store.Templat
 	return nil
 }
 
-// warmUp runs one command through envd, so that a member's first
-// command after the hand-out does not pay for the guest's first process
-// start (slow in a freshly restored microVM under TCG: its pages fault in
-// one by one). A failure only costs that time later.
-func (o *Orchestrator) warmUp(ctx context.Context, addr netip.Addr) {
+// warmUp runs one command through envd the way the SDKs do (`bash -l -c`
+// as the template's user), so that a member's first command after the
+// hand-out does not pay for the guest's first process start (slow in a
+// freshly restored microVM under TCG: its pages fault in one by one). A
+// failure (say, an image without bash) only costs that time later.
+func (o *Orchestrator) warmUp(ctx context.Context, addr netip.Addr, tplID string) {
+	user := "user"
+	if tc, err := o.db.TemplateConfigOf(ctx, tplID); err == nil && tc.User != "" {
+		user = tc.User
+	}
 	pc := processconnect.NewProcessClient(o.http, o.envdURL(addr), connect.WithProtoJSON())
 	noStdin := false
-	in := &process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/true"}, Stdin: &noStdin}
-	root := func(h interface{ Set(string, string) }) {
-		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("root:")))
+	in := &process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "true"}},
+		Stdin: &noStdin}
+	auth := func(h interface{ Set(string, string) }) {
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
 	}
-	if _, err := o.runOnce(ctx, pc, in, root); err != nil {
+	if _, err := o.runOnce(ctx, pc, in, auth); err != nil {
 		o.log.Debug("warm pool: warm-up command", "err", err)
 	}
 }
