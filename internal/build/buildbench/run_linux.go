@@ -17,8 +17,6 @@ import (
 	"strings"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
 	"github.com/moatsh/moat/internal/bench"
 	"github.com/moatsh/moat/internal/build"
 	"github.com/moatsh/moat/internal/cgroups"
@@ -68,7 +66,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	defer reg.Close()
-	if err := pushRootfs(reg, rootfs); err != nil {
+	if err := reg.PushRootfs("test/debian:12", rootfs, ocireg.DebianConfig); err != nil {
 		return Report{}, fmt.Errorf("template build bench: %w (build the base template first)", err)
 	}
 	scratch, err := os.MkdirTemp(cfg.DataDir, "bench-template-build-")
@@ -83,16 +81,6 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	defer stop()
 	return e.rounds(ctx)
-}
-
-func pushRootfs(reg *ocireg.Registry, dir string) error {
-	img, cleanup, err := ocireg.RootfsImage(dir, "", v1.Config{
-		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, Cmd: []string{"bash"}})
-	if err != nil {
-		return err
-	}
-	defer cleanup()
-	return reg.Push("test/debian:12", img)
 }
 
 // start opens a store, a container runtime with a network scope of its

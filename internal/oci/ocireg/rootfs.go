@@ -144,3 +144,18 @@ func (l *fileLayer) Compressed() (io.ReadCloser, error)   { return os.Open(l.pat
 func (l *fileLayer) Uncompressed() (io.ReadCloser, error) { return os.Open(l.path) }
 func (l *fileLayer) Size() (int64, error)                 { return l.size, nil }
 func (l *fileLayer) MediaType() (types.MediaType, error)  { return types.OCIUncompressedLayer, nil }
+
+// DebianConfig is the config a Debian image usually has.
+var DebianConfig = v1.Config{
+	Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, Cmd: []string{"bash"},
+}
+
+// PushRootfs pushes the tree at dir as repoTag, one layer, with cfg.
+func (r *Registry) PushRootfs(repoTag, dir string, cfg v1.Config) error {
+	img, cleanup, err := RootfsImage(dir, "", cfg)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	return r.Push(repoTag, img)
+}

@@ -3,9 +3,7 @@ package vm
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -14,7 +12,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	procpb "github.com/moatsh/moat/api/envd/process"
 	"github.com/moatsh/moat/api/envd/process/processconnect"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
@@ -95,20 +92,5 @@ func runTrue(ctx context.Context, h *runtime.Handle) error {
 	defer cancel()
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	pc := processconnect.NewProcessClient(hc, "http://"+envdAddr(h), connect.WithProtoJSON())
-	req := connect.NewRequest(&procpb.StartRequest{Process: &procpb.ProcessConfig{Cmd: "true"}})
-	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("user:")))
-	stream, err := pc.Start(ctx, req)
-	if err != nil {
-		return err
-	}
-	defer stream.Close()
-	for stream.Receive() {
-		if end := stream.Msg().GetEvent().GetEnd(); end != nil {
-			if !end.GetExited() || end.GetExitCode() != 0 {
-				return fmt.Errorf("`true` ended with %q", end.GetStatus())
-			}
-			return nil
-		}
-	}
-	return errors.Join(errors.New("stream ended without an end event"), stream.Err())
+	return runOnce(ctx, pc, "user", []string{"true"})
 }

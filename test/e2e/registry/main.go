@@ -16,8 +16,6 @@ import (
 	"log"
 	"os"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
 	"github.com/moatsh/moat/internal/oci/ocireg"
 )
 
@@ -43,22 +41,10 @@ func main() {
 		log.Fatal(err)
 	}
 	if *rootfs != "" {
-		if err := pushRootfs(reg, *rootfs); err != nil {
+		if err := reg.PushRootfs("test/debian:12", *rootfs, ocireg.DebianConfig); err != nil {
 			log.Fatal(err)
 		}
 	}
 	fmt.Printf("ready %s\n", reg.Host)
 	select {}
-}
-
-// pushRootfs pushes the tree at dir as test/debian:12 with a Debian
-// image's usual config.
-func pushRootfs(reg *ocireg.Registry, dir string) error {
-	img, cleanup, err := ocireg.RootfsImage(dir, "", v1.Config{
-		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, Cmd: []string{"bash"}})
-	if err != nil {
-		return err
-	}
-	defer cleanup()
-	return reg.Push("test/debian:12", img)
 }
