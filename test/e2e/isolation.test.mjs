@@ -2,14 +2,15 @@
 // container runtime provides it: filesystems, processes, network, and
 // resource exhaustion (rm -rf /, fork bomb, memory hog).
 import { test, before } from 'node:test'
+import { execFileSync } from 'node:child_process'
 import assert from 'node:assert/strict'
 import http from 'node:http'
-import { randomUUID } from 'node:crypto'
-import { writeFileSync, existsSync, rmSync, readFileSync, statSync, readdirSync, statfsSync } from 'node:fs'
+import { randomUUID, createHash } from 'node:crypto'
+import { writeFileSync, existsSync, rmSync, readFileSync, statSync, readdirSync, statfsSync, openSync, readSync, closeSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 
-import { useServer, createSandbox, within, sleep, run, hostPrimaryIPv4, moatBin, repoRoot, dataDir } from './harness.mjs'
+import { useServer, createSandbox, within, sleep, run, hostPrimaryIPv4, moatBin, repoRoot, dataDir, simulatedUplink } from './harness.mjs'
 
 const srv = useServer()
 // On gVisor a sandbox's limits apply to its Sentry (gVisor's kernel, one
@@ -425,4 +426,76 @@ test('disk: a sandbox cannot fill the host\'s disk', { timeout: 180_000 }, async
   const lost = before - free()
   assert.ok(lost < 1024 * 2 ** 20, `the host's disk lost ${Math.round(lost / 2 ** 20)} MiB`)
   assert.equal((await run(A, 'rm -f /home/user/big /home/user/fill; echo ok', { user: 'user' })).stdout, 'ok\n')
+})
+
+// The cloud metadata address (169.254.169.254) stands behind a simulated
+// gateway here, as on a cloud host: the host reaches it, a sandbox with
+// internet access must not (link-local is one of the fixed blocked ranges).
+test('network: the metadata address is unreachable even where the host reaches it', { timeout: 180_000 }, async (t) => {
+  const meta = '169.254.169.254'
+  const uplink = await simulatedUplink({
+    ns: 'mte2e-meta', hostIf: 'mtmeta0', host: '198.18.77.2', gw: '198.18.77.1', internet: [meta],
+    route: `${meta}/32`,
+    serverPy: `
+import http.server, socketserver
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b'metadata')
+    def log_message(self, *a): pass
+socketserver.TCPServer.allow_reuse_address = True
+s = socketserver.TCPServer(('0.0.0.0', 80), H)
+print('ready', flush=True)
+s.serve_forever()
+`,
+  })
+  t.after(() => uplink.teardown())
+  const fromHost = execFileSync('curl', ['-s', '--noproxy', '*', '-m', '5', `http://${meta}/`]).toString()
+  assert.equal(fromHost, 'metadata', 'the host itself reaches the simulated metadata service')
+  const r = await run(A, tcpProbe(meta, 80), {}, 60_000)
+  assert.doesNotMatch(r.stdout, /CONNECTED|metadata/, `a sandbox reached ${meta}`)
+})
+
+// /proc, /sys and device escapes, as root inside: writes that would change
+// the host (core_pattern runs a program as host root on a crash; THP and
+// the hostname are host-wide) change nothing the host sees; no block
+// device a sandbox can make or open reads the host's disk; /dev/mem and
+// /dev/kmem give nothing. A microVM may change its own kernel's settings.
+test('/proc, /sys and device escapes change nothing on the host', { timeout: 180_000 }, async (t) => {
+  const read = (p) => readFileSync(p, 'utf8')
+  const before = {
+    core: read('/proc/sys/kernel/core_pattern'),
+    host: read('/proc/sys/kernel/hostname'),
+    thp: existsSync('/sys/kernel/mm/transparent_hugepage/enabled') ? read('/sys/kernel/mm/transparent_hugepage/enabled') : '',
+  }
+  const root = execFileSync('findmnt', ['-no', 'SOURCE', '/']).toString().trim().replace(/\[.*\]$/, '')
+  const rdev = statSync(root).rdev
+  const [maj, min] = [Math.floor(rdev / 256) & 0xfff, (rdev & 0xff) | ((rdev >> 12) & 0xfff00)]
+  // Some hosts (this CI's) do not let even root read their disk: then
+  // only the settings are compared.
+  let hostSector = null
+  try {
+    const fd = openSync(root, 'r')
+    const buf = Buffer.alloc(4096)
+    readSync(fd, buf, 0, 4096, 0)
+    closeSync(fd)
+    hostSector = createHash('sha256').update(buf).digest('hex')
+  } catch (err) {
+    t.diagnostic(`the host cannot read ${root} itself (${err.code}): disk contents not compared`)
+  }
+  const attempt = [
+    "echo '|/tmp/pwn %p' > /proc/sys/kernel/core_pattern",
+    'echo pwned-host > /proc/sys/kernel/hostname',
+    'echo always > /sys/kernel/mm/transparent_hugepage/enabled',
+    `mknod /tmp/hostdisk b ${maj} ${min}; head -c 4096 /tmp/hostdisk | sha256sum`,
+    'for d in /dev/vda /dev/sda /dev/nvme0n1 /dev/xvda; do [ -b $d ] && head -c 4096 $d | sha256sum; done',
+    'head -c 16 /dev/mem | od -An -tx1; head -c 16 /dev/kmem | od -An -tx1',
+  ].map((c) => `(${c}) 2>&1; true`).join('; ')
+  const r = await run(A, attempt, { user: 'root' }, 60_000)
+  assert.equal(read('/proc/sys/kernel/core_pattern'), before.core, 'host core_pattern changed')
+  assert.equal(read('/proc/sys/kernel/hostname'), before.host, 'host hostname changed')
+  if (before.thp) assert.equal(read('/sys/kernel/mm/transparent_hugepage/enabled'), before.thp, 'host THP setting changed')
+  if (hostSector) assert.ok(!r.stdout.includes(hostSector), `a sandbox read the host disk's first 4 KiB (${root})`)
+  // The other sandbox still has its own settings.
+  const b = await run(B, 'cat /proc/sys/kernel/hostname', {}, 30_000)
+  assert.notEqual(b.stdout.trim(), 'pwned-host')
 })
