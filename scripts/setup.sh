@@ -26,6 +26,8 @@ PACKAGES=(
   runc crun mmdebstrap debian-archive-keyring uidmap
   nftables iptables iproute2 busybox-static e2fsprogs
   curl ca-certificates openssl procps psmisc util-linux make git
+  # go generate ./api/...: protoc and the well-known .proto files
+  protobuf-compiler libprotobuf-dev
   # gVisor runtime: Debian's runsc (see the current one built below)
   runsc
   # microVM runtime: QEMU (TCG where KVM does not work) and Debian's cloud kernel

@@ -2,7 +2,9 @@
 // template builder (`moat template build`) and the client CLI (`moat
 // sandbox ...`, `moat run`). It only parses flags and wires packages
 // together; the work happens in internal/app, internal/template and the
-// public Go SDK (sdk/go).
+// public Go SDK (sdk/go). The server-side commands (serve, apikey, bench,
+// building and listing the data directory's templates) are in *_linux.go
+// files; on other systems (macOS) moat is the client of a remote server.
 package main
 
 import (

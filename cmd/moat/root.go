@@ -7,15 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
-)
-
-// Defaults of the flags that have environment variables.
-const (
-	defaultAddr    = "127.0.0.1:3000"
-	defaultDataDir = "/var/lib/moat"
 )
 
 // exitError carries a status for main to exit with, without printing
@@ -59,7 +52,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		}
 		slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
 	}
-	root.AddCommand(newServeCmd(), newAPIKeyCmd(), newTemplateCmd(), newSandboxCmd(), newRunCmd(), newBenchCmd())
+	root.AddCommand(serverCommands()...)
+	root.AddCommand(newTemplateCmd(), newSandboxCmd(), newRunCmd())
 	return root
 }
 
@@ -72,12 +66,3 @@ func envOr(def string, names ...string) string {
 	}
 	return def
 }
-
-// addDataDirFlag registers --data-dir (env MOAT_DATA_DIR).
-func addDataDirFlag(cmd *cobra.Command, dst *string) {
-	cmd.Flags().StringVar(dst, "data-dir", envOr(defaultDataDir, "MOAT_DATA_DIR"),
-		"state directory: database, templates, sandboxes (env MOAT_DATA_DIR)")
-}
-
-// storePath is the SQLite database inside a data directory.
-func storePath(dataDir string) string { return filepath.Join(dataDir, "moat.db") }

@@ -385,7 +385,11 @@ func TestServeSecretsAtRest(t *testing.T) {
 		"cat " + filepath.Join(dataDir, "moat.db-shm"), "ls " + filepath.Join(dataDir, "templates"),
 		"cat " + filepath.Join(tdir, "build.log"), "ls " + filepath.Join(tdir, "rootfs"),
 		"ls " + dirB, "cat " + filepath.Join(dirB, "config.json"), "ls " + dataDir,
-		"ls " + filepath.Join(dataDir, "sandboxes")}
+		"ls " + filepath.Join(dataDir, "sandboxes"), "ls " + filepath.Join(dataDir, "egress-ca"),
+		"cat " + filepath.Join(dataDir, "egress-ca", "ca.key")}
+	if _, err := os.Stat(filepath.Join(dataDir, "egress-ca", "ca.key")); err != nil {
+		t.Fatalf("the server made no egress CA: %v", err)
+	}
 	for _, uid := range []uint32{65534, uint32(ra.Root())} {
 		for _, c := range denied {
 			t.Run(fmt.Sprintf("uid %d %s", uid, strings.ReplaceAll(c, dataDir, "DATA")), func(t *testing.T) {

@@ -118,9 +118,7 @@ func (c *Controller) wait(ctx context.Context, op string) error {
 	c.mu.Lock()
 	if c.waiting >= c.cfg.Queue {
 		c.mu.Unlock()
-		return &RetryError{After: c.cfg.RetryAfter, Err: fmt.Errorf(
-			"%s: the server is at capacity (%d running, %d waiting); retry later: %w",
-			op, c.cfg.Concurrency, c.cfg.Queue, errdefs.ErrResourceExhausted)}
+		return &RetryError{After: c.cfg.RetryAfter, Err: errdefs.Publicf(errdefs.ErrResourceExhausted, "%s: the server is at capacity (%d running, %d waiting); retry later", op, c.cfg.Concurrency, c.cfg.Queue)}
 	}
 	c.waiting++
 	c.mu.Unlock()
@@ -137,8 +135,7 @@ func (c *Controller) wait(ctx context.Context, op string) error {
 	case <-ctx.Done():
 		return fmt.Errorf("%s: gave up waiting for a slot: %w", op, ctx.Err())
 	case <-timer.C:
-		return &RetryError{After: c.cfg.RetryAfter, Err: fmt.Errorf(
-			"%s: no slot within %s; retry later: %w", op, c.cfg.MaxWait, errdefs.ErrResourceExhausted)}
+		return &RetryError{After: c.cfg.RetryAfter, Err: errdefs.Publicf(errdefs.ErrResourceExhausted, "%s: no slot within %s; retry later", op, c.cfg.MaxWait)}
 	}
 }
 

@@ -22,9 +22,11 @@ import (
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/proxy"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/secrets"
 	"github.com/moatsh/moat/internal/server"
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/template"
+	"github.com/moatsh/moat/internal/volume"
 )
 
 // Config is `moat serve`'s configuration. DataDir is required.
@@ -55,6 +57,18 @@ type Config struct {
 	// EnvdPath is the envd binary installed into templates built over the
 	// API ("" = template.FindEnvd's search; without one, builds answer 503).
 	EnvdPath string
+
+	// Backends are the runtime backends' settings (OCI runtime, runsc,
+	// microVM accelerator, ...); zero values are their defaults.
+	Backends runtime.Backends
+	// DNSUpstream overrides the resolvers the egress resolver forwards
+	// allowed names to: comma-separated ip or ip:port (tests point it at a
+	// simulated internet). "" = the host's /etc/resolv.conf.
+	DNSUpstream string
+	// EgressUpstreamCA is a PEM file of more roots (a private CA, a test
+	// CA) that requests with network.rules headers may be forwarded to, on
+	// top of the system pool ("" = the system pool only).
+	EgressUpstreamCA string
 }
 
 // Validate fills defaults and checks required fields.
@@ -119,14 +133,19 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	defer db.Close()
 
-	defer startEgress(log)()
-	rts, closeRuntimes, err := openRuntimes(ctx, cfg.Runtime, cfg.DataDir, log)
+	secretSvc := secrets.NewService(db, secretsKeyring(cfg.DataDir))
+	stopEgress, egressCA, err := startEgress(log, cfg, secretSvc)
+	if err != nil {
+		return err
+	}
+	defer stopEgress()
+	rts, closeRuntimes, err := openRuntimes(ctx, cfg.Runtime, runtime.Config{DataDir: cfg.DataDir, Logger: log, Backends: cfg.Backends})
 	if err != nil {
 		return err
 	}
 	defer closeRuntimes()
 	log.Info("using runtime", "runtime", rts[0].Name(), "enabled", cfg.Runtime, "available", runtime.Names())
-	orch, err := newOrchestrator(cfg, db, rts)
+	orch, err := newOrchestrator(cfg, db, rts, egressCA)
 	if err != nil {
 		return err
 	}
@@ -138,18 +157,39 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	runCtx, stopReaper := context.WithCancel(ctx)
 	defer stopReaper()
-	go orch.Run(runCtx)
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); orch.Run(runCtx) }()
 	orch.StartPools(runCtx)
-	defer func() { stopReaper(); orch.WaitPools() }() // the pools kill their members
+	// Before the store closes: the pools kill their members, and Run's
+	// timeouts and process watches finish what they started.
+	defer func() { stopReaper(); orch.WaitPools(); <-runDone }()
 
 	builds, err := newBuilds(ctx, cfg, db, buildRuntime(ctx, rts, log))
 	if err != nil {
 		return err
 	}
 	defer builds.Manager.Close()
-	go runGC(runCtx, &collector{log: log, dataDir: cfg.DataDir, db: db, orch: orch, builds: builds})
-	api := server.New(server.Config{Store: db, Orch: orch, Logger: log, Builds: builds})
+	gc := &collector{log: log, dataDir: cfg.DataDir, db: db, orch: orch, builds: builds}
+	waitGC := startGC(runCtx, gcInterval, gc.collect)
+	// Before the build manager and the store close: a collection running
+	// finishes first.
+	defer func() { stopReaper(); waitGC() }()
+	vols, err := volume.New(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := vols.Close(); err != nil {
+			log.Warn("volumes stay mounted", "err", err)
+		}
+	}()
+	api := server.New(server.Config{Store: db, Orch: orch, Logger: log, Builds: builds, Volumes: vols,
+		Secrets: secretSvc})
+	if err := recoverVolumes(ctx, db, api); err != nil { // volumes.go
+		log.Warn("volumes of recovered sandboxes", "err", err)
+	}
 	px := proxy.New(proxy.Config{Resolver: resolver{orch}, Domain: cfg.Domain, EnvdPort: cfg.EnvdPort, Logger: log})
+	orch.OnRemove(px.CloseSandbox) // a removed sandbox's streams end at once
 	srv := newHTTPServer(api, px, log)
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr)
 	if err != nil {
@@ -233,7 +273,7 @@ func newHTTPServer(api http.Handler, px *proxy.Proxy, log *slog.Logger) *http.Se
 // cfg.Admission.Concurrency heavy operations at once, and creates refused
 // (503) once the live sandboxes' reservations fill cfg.Capacity's model of
 // the host.
-func newOrchestrator(cfg Config, db *store.DB, rts []runtime.Runtime) (*orchestrator.Orchestrator, error) {
+func newOrchestrator(cfg Config, db *store.DB, rts []runtime.Runtime, egressCA []byte) (*orchestrator.Orchestrator, error) {
 	var orch *orchestrator.Orchestrator
 	capacity := cfg.Capacity
 	capacity.Reserved = func() admission.Need { return orch.Reserved() }
@@ -243,7 +283,7 @@ func newOrchestrator(cfg Config, db *store.DB, rts []runtime.Runtime) (*orchestr
 	adm := cfg.Admission
 	adm.Room = capacity.Room
 	orch, err := orchestrator.New(orchestrator.Config{Store: db, Runtimes: rts, Logger: cfg.Logger,
-		MaxTimeout: cfg.MaxTimeout, EnvdPort: cfg.EnvdPort, Admission: admission.New(adm), Pools: cfg.Pools})
+		MaxTimeout: cfg.MaxTimeout, EnvdPort: cfg.EnvdPort, Admission: admission.New(adm), Pools: cfg.Pools, EgressCA: egressCA})
 	if err != nil {
 		return nil, err
 	}
@@ -290,10 +330,16 @@ type resolver struct{ o *orchestrator.Orchestrator }
 
 func (r resolver) Lookup(id string) (proxy.Target, bool) {
 	rt, ok := r.o.Lookup(id)
-	return proxy.Target(rt), ok
+	return target(rt), ok
 }
 
 func (r resolver) Wake(ctx context.Context, id string) (proxy.Target, error) {
 	rt, err := r.o.Wake(ctx, id)
-	return proxy.Target(rt), err
+	return target(rt), err
+}
+
+// target is the proxy's copy of a route.
+func target(rt orchestrator.Route) proxy.Target {
+	return proxy.Target{Addr: rt.Addr, Token: rt.Token, State: string(rt.State), AutoResume: rt.AutoResume, Gen: rt.Gen,
+		TrafficToken: rt.TrafficToken}
 }

@@ -22,27 +22,43 @@ const (
 	orphanMinAge = time.Hour
 )
 
+// templateLister is what the collector needs of the store.
+type templateLister interface {
+	ListTemplates(ctx context.Context) ([]store.Template, error)
+}
+
 type collector struct {
 	log     *slog.Logger
 	dataDir string
-	db      *store.DB
+	db      templateLister
 	orch    *orchestrator.Orchestrator
 	builds  *server.BuildConfig
 }
 
-// runGC collects now and then every gcInterval until ctx ends.
-func runGC(ctx context.Context, c *collector) {
-	c.collect(ctx, time.Minute)
-	t := time.NewTicker(gcInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			c.collect(ctx, gcInterval)
+// startGC runs collect now (sparing images touched in the last minute)
+// and then every interval (sparing those touched within it), in a
+// goroutine owned by the caller's run loop: it stops when ctx ends, and
+// wait returns once it has, so that shutdown can wait for it before the
+// store and the build manager close.
+func startGC(ctx context.Context, interval time.Duration, collect func(context.Context, time.Duration)) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		collect(ctx, time.Minute)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if ctx.Err() == nil { // a tick pending at the end: no more
+					collect(ctx, interval)
+				}
+			}
 		}
-	}
+	}()
+	return func() { <-done }
 }
 
 // collect runs one collection; imageMinAge spares runtime images touched

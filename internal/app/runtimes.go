@@ -33,9 +33,10 @@ func runtimeNames(s string) ([]string, error) {
 	return out, nil
 }
 
-// openRuntimes constructs the backends named in spec, sharing one
+// openRuntimes constructs the backends named in spec with cfg, sharing one
 // runtime.Shared (one network manager for all). close releases them.
-func openRuntimes(ctx context.Context, spec, dataDir string, log *slog.Logger) (rts []runtime.Runtime, close func(), err error) {
+func openRuntimes(ctx context.Context, spec string, cfg runtime.Config) (rts []runtime.Runtime, close func(), err error) {
+	log := cfg.Logger
 	names, err := runtimeNames(spec)
 	if err != nil {
 		return nil, nil, fmt.Errorf("runtime: %w", err)
@@ -49,9 +50,9 @@ func openRuntimes(ctx context.Context, spec, dataDir string, log *slog.Logger) (
 			}
 		}
 	}
-	shared := &runtime.Shared{}
+	cfg.Shared = &runtime.Shared{}
 	for _, n := range names {
-		rt, err := runtime.New(ctx, n, runtime.Config{DataDir: dataDir, Logger: log, Shared: shared})
+		rt, err := runtime.New(ctx, n, cfg)
 		if err != nil {
 			close()
 			return nil, nil, fmt.Errorf("runtime %s: %w", n, err)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moatsh/moat/internal/build/layercache"
 	"github.com/moatsh/moat/internal/envd/state"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/oci"
@@ -20,7 +21,7 @@ import (
 
 // Config wires a Manager; DB, DataDir and EnvdPath are required.
 type Config struct {
-	DB       *store.DB
+	DB       Store
 	DataDir  string // templates go to <DataDir>/templates/<alias>
 	EnvdPath string // the envd binary installed into every template
 	Logger   *slog.Logger
@@ -53,7 +54,7 @@ type LogEntry struct {
 type Manager struct {
 	cfg   Config
 	log   *slog.Logger
-	cache layerStore
+	cache layercache.Store
 
 	mu   sync.Mutex
 	logs map[string][]LogEntry // guarded by mu; by build ID, of builds run by this process
@@ -96,7 +97,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		cfg.Logger.Warn("template builds interrupted by a restart marked failed", "builds", n)
 	}
 	bctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	m := &Manager{cfg: cfg, log: cfg.Logger, cache: newLayerStore(cfg.DataDir), logs: map[string][]LogEntry{}, ctx: bctx, stop: stop}
+	m := &Manager{cfg: cfg, log: cfg.Logger, cache: layercache.New(cfg.DataDir), logs: map[string][]LogEntry{}, ctx: bctx, stop: stop}
 	m.wg.Go(m.collect) // what earlier processes left
 	return m, nil
 }
@@ -122,23 +123,23 @@ func (m *Manager) Start(ctx context.Context, b store.Build, spec Spec) error {
 	if len(plan.Runs) > 0 && m.cfg.Runner == nil {
 		why := m.cfg.NoRunner
 		if why == nil {
-			why = fmt.Errorf("RUN and COPY steps are not supported by this server: %w", errdefs.ErrNotImplemented)
+			why = errdefs.Publicf(errdefs.ErrNotImplemented, "RUN and COPY steps are not supported by this server")
 		}
 		kind := "RUN"
 		if plan.Runs[0].Copy != nil {
 			kind = "COPY"
 		}
-		return fmt.Errorf("step %d (%s): %w", plan.Runs[0].Index, kind, why)
+		return errdefs.PublicWrap(why, "step %d (%s)", plan.Runs[0].Index, kind)
 	}
 	if m.cfg.EnvdPath == "" {
-		return fmt.Errorf("template builds need envd: start the server with envd available: %w", errdefs.ErrUnavailable)
+		return errdefs.Publicf(errdefs.ErrUnavailable, "template builds need envd: start the server with envd available")
 	}
 	if plan.FromTemplate != "" {
 		// Resolve now so a wrong name is the request's 404/400 rather
 		// than a failed build.
 		if _, err := m.cfg.DB.GetTeamTemplate(ctx, b.Team, plan.FromTemplate); err != nil {
 			if errdefs.IsNotFound(err) {
-				return fmt.Errorf("fromTemplate: template '%s' not found: %w", plan.FromTemplate, errdefs.ErrInvalidArgument)
+				return errdefs.Publicf(errdefs.ErrInvalidArgument, "fromTemplate: template '%s' not found", plan.FromTemplate)
 			}
 			return err
 		}
@@ -205,10 +206,14 @@ func (m *Manager) run(b store.Build, plan Plan) {
 	m.log.Info("template built", "template", b.Name, "build", b.ID, "duration", time.Since(start))
 }
 
-// errorMessage is the user-facing text of a build error: the chain
-// without the errdefs kind appended by %w, or a generic text for an
-// unclassified (internal) error, whose text may name host paths.
+// errorMessage is the user-facing text of a build error: its public text
+// (errdefs.Public), else the chain without the errdefs kind appended by %w
+// (registry and image errors name what the user asked for), or a generic
+// text for an unclassified (internal) error, whose text may name host paths.
 func errorMessage(err error) string {
+	if msg, ok := errdefs.PublicMessage(err); ok {
+		return msg
+	}
 	for _, k := range []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrNotImplemented,
 		errdefs.ErrFailedPrecondition, errdefs.ErrAlreadyExists, errdefs.ErrUnavailable,
 		errdefs.ErrUnauthenticated, errdefs.ErrPermissionDenied, errdefs.ErrResourceExhausted} {
@@ -235,12 +240,12 @@ func (m *Manager) execute(ctx context.Context, b store.Build, plan Plan, start t
 	if err != nil {
 		return "base", err
 	}
-	unlock, _, err := m.cache.lock(false, true)
+	unlock, _, err := m.cache.Lock(false, true)
 	if err != nil {
 		return "base", err
 	}
 	defer unlock()
-	work, err := m.cache.workDir()
+	work, err := m.cache.WorkDir()
 	if err != nil {
 		return "base", err
 	}
@@ -261,7 +266,7 @@ func (m *Manager) execute(ctx context.Context, b store.Build, plan Plan, start t
 	if err != nil {
 		return step, err
 	}
-	if err := writeLayerRefs(m.cfg.DataDir, b.Name, keys); err != nil {
+	if err := layercache.WriteRefs(m.cfg.DataDir, b.Name, keys); err != nil {
 		m.log.Warn("template layers not recorded: GC may remove them", "template", b.Name, "err", err)
 	}
 	cfg := over(bs.cfg, plan.Config)
@@ -288,7 +293,7 @@ func (m *Manager) install(ctx context.Context, b store.Build, plan Plan, last la
 		return template.Layout{DataDir: m.cfg.DataDir}.RootfsDir(b.Name), "", nil
 	}
 	tree := filepath.Join(work, "rootfs")
-	if err := linkTree(ctx, last.dir, tree); err != nil {
+	if err := layercache.LinkTree(ctx, last.dir, tree); err != nil {
 		return "", "finalize", err
 	}
 	if err := checkConfig(tree, plan.Config); err != nil {
@@ -343,7 +348,7 @@ func checkConfig(rootfs string, cfg store.TemplateConfig) error {
 			}
 		}
 		if !found {
-			return fmt.Errorf("USER %s: no such user in the template: %w", cfg.User, errdefs.ErrInvalidArgument)
+			return errdefs.Publicf(errdefs.ErrInvalidArgument, "USER %s: no such user in the template", cfg.User)
 		}
 	}
 	if cfg.Workdir != "" && cfg.Workdir != "/" {

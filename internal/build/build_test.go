@@ -13,6 +13,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/moatsh/moat/internal/build/upper"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/oci"
 	"github.com/moatsh/moat/internal/oci/ocitest"
@@ -260,7 +261,7 @@ func TestBuildFromImage(t *testing.T) {
 // to run, prints a line per command and "runs" a command the way the
 // sandbox's changes reach the rootfs: written into an upper dir (ran-<index>
 // and last hold the command; "write PATH TEXT" writes PATH), then applied
-// with applyUpper. "false" exits 1.
+// with upper.Apply. "false" exits 1.
 type fakeRunner struct {
 	execs  []Exec
 	rootfs string
@@ -273,11 +274,11 @@ func (f *fakeRunner) Run(_ context.Context, rootfs string, execs []Exec, out fun
 	for _, e := range ents {
 		f.staged = append(f.staged, e.Name())
 	}
-	upper, err := os.MkdirTemp("", "fake-upper-")
+	upperDir, err := os.MkdirTemp("", "fake-upper-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(upper)
+	defer os.RemoveAll(upperDir)
 	for _, e := range execs {
 		f.execs = append(f.execs, e)
 		out(e, "stdout", "running "+e.Cmd)
@@ -291,15 +292,15 @@ func (f *fakeRunner) Run(_ context.Context, rootfs string, execs []Exec, out fun
 			files[p] = text
 		}
 		for p, text := range files {
-			if err := os.MkdirAll(filepath.Dir(filepath.Join(upper, p)), 0o755); err != nil {
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(upperDir, p)), 0o755); err != nil {
 				return err
 			}
-			if err := os.WriteFile(filepath.Join(upper, p), []byte(text), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(upperDir, p), []byte(text), 0o644); err != nil {
 				return err
 			}
 		}
 	}
-	return applyUpper(upper, rootfs, idShift{host: 0, size: 1 << 30}, func(string) {})
+	return upper.Apply(upperDir, rootfs, upper.IDShift{Host: 0, Size: 1 << 30}, func(string) {})
 }
 
 func TestBuildRunSteps(t *testing.T) {

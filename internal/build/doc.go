@@ -16,16 +16,17 @@
 //     COPY unpacks the archive the SDK uploaded (see FilesPath) inside
 //     the sandbox and copies it like Docker's COPY, owned by the step's
 //     user. When the step exits 0 the sandbox is frozen and its writable
-//     layer is written into the step's layer (applyUpper: owners shifted
+//     layer is written into the step's layer (upper.Apply: owners shifted
 //     back, whiteouts and opaque dirs honoured, everything through
 //     os.Root).
 //   - startCmd and readyCmd are stored with the template; the
 //     orchestrator runs them through envd at each create, on any runtime.
 //
-// Layer cache (E2B's semantics). Each layer is a full root filesystem
-// tree under <DataDir>/cache/layers, keyed by a hash chain: key0 names
+// Layer cache (E2B's semantics; package layercache keeps it). Each layer
+// is a full root filesystem tree under <DataDir>/cache/layers, keyed by a
+// hash chain: key0 names
 // the base (an image: team, manifest digest, platform, what
-// template.finalizeImage adds, envd's sha256; a template: team, its ID,
+// rootfs.FinalizeImage adds, envd's sha256; a template: team, its ID,
 // build ID and stamp, envd's sha256), and each step's key hashes the
 // previous key with the step's canonical form: its type and arguments
 // and, for RUN and COPY, the effective user, workdir and environment and
@@ -40,8 +41,8 @@
 // A new layer is a hard-link copy (cp -al) of the one before with one
 // step's changes applied, and the template's rootfs is a hard-link copy of
 // the last layer, swapped in by template.Install. So no writer may ever
-// write into an existing file's inode there: applyUpper, stageCopy and
-// template's finalize/finalizeImage/installFile unlink and create (or
+// write into an existing file's inode there: upper.Apply, stageCopy and
+// rootfs.Finalize, FinalizeImage and InstallFile unlink and create (or
 // rename), and change owners and modes of directories only, which copies
 // do not share (TestLayersNeverWrittenThrough fails otherwise).
 //

@@ -3,6 +3,9 @@ package build
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 )
 
@@ -20,4 +23,18 @@ func FilesDir(dataDir, team string) string {
 // FilesPath is where team's upload of hash is kept.
 func FilesPath(dataDir, team, hash string) string {
 	return filepath.Join(FilesDir(dataDir, team), hash+".tar")
+}
+
+// fileSHA256 hashes the file at path.
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hash %s: %w", filepath.Base(path), err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

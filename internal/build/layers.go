@@ -9,9 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/moatsh/moat/internal/build/layercache"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/template"
+	"github.com/moatsh/moat/internal/template/rootfs"
 )
 
 // layer is a cached tree and the key it is stored under.
@@ -40,10 +42,10 @@ func (m *Manager) baseLayer(ctx context.Context, b store.Build, plan Plan, envdS
 	}
 	out := base{cfg: imageConfig(img.Config),
 		image: &template.ImageInfo{Ref: img.Ref, Digest: img.Digest, Platform: img.Platform, Config: img.Config}}
-	out.key = baseImageKey(b.Team, template.ImageCacheKey(img), envdSum)
-	if dir, ok := m.cache.lookup(out.key); ok && !plan.Force {
+	out.key = layercache.BaseImageKey(b.Team, template.ImageCacheKey(img), envdSum)
+	if dir, ok := m.cache.Lookup(out.key); ok && !plan.Force {
 		out.dir = dir
-		if acc, err := template.ReadAccount(dir); err == nil {
+		if acc, err := rootfs.ReadAccount(dir); err == nil {
 			out.image.User = acc
 		}
 		m.logf(b.ID, "info", "base", "CACHED FROM image %s (%s)", plan.FromImage, img.Digest)
@@ -57,7 +59,7 @@ func (m *Manager) baseLayer(ctx context.Context, b store.Build, plan Plan, envdS
 	if out.image.User, err = template.UnpackImage(ctx, img, tree, 0, m.cfg.EnvdPath, m.log); err != nil {
 		return base{}, fmt.Errorf("fromImage %s: %w", plan.FromImage, err)
 	}
-	out.dir, err = m.cache.commit(out.key, tree)
+	out.dir, err = m.cache.Commit(out.key, tree)
 	return out, err
 }
 
@@ -74,14 +76,14 @@ func (m *Manager) templateBase(ctx context.Context, b store.Build, plan Plan, en
 	if fi, err := os.Stat(src.RootfsDir); err != nil || !fi.IsDir() {
 		return base{}, fmt.Errorf("fromTemplate %s: its root filesystem is missing: %w", plan.FromTemplate, errdefs.ErrNotFound)
 	}
-	id := templateIdentity{ID: src.ID, BuildID: src.BuildID, Stamp: stampOf(src.RootfsDir)}
+	id := layercache.TemplateIdentity{ID: src.ID, BuildID: src.BuildID, Stamp: stampOf(src.RootfsDir)}
 	if strings.HasPrefix(id.Stamp, layerStampPrefix) {
 		// Built here: its last layer names its content, so a fully cached
 		// rebuild of it (a new build ID, the same tree) keeps this cache.
 		id.BuildID = ""
 	}
-	out.key = baseTemplateKey(b.Team, id, envdSum)
-	if dir, ok := m.cache.lookup(out.key); ok && !plan.Force {
+	out.key = layercache.BaseTemplateKey(b.Team, id, envdSum)
+	if dir, ok := m.cache.Lookup(out.key); ok && !plan.Force {
 		out.dir = dir
 		m.logf(b.ID, "info", "base", "CACHED FROM template %s", plan.FromTemplate)
 		return out, nil
@@ -91,7 +93,7 @@ func (m *Manager) templateBase(ctx context.Context, b store.Build, plan Plan, en
 	if err := template.CopyRootfs(ctx, src.RootfsDir, tree, m.cfg.EnvdPath); err != nil {
 		return base{}, fmt.Errorf("fromTemplate %s: %w", plan.FromTemplate, err)
 	}
-	out.dir, err = m.cache.commit(out.key, tree)
+	out.dir, err = m.cache.Commit(out.key, tree)
 	return out, err
 }
 
@@ -136,7 +138,7 @@ func (m *Manager) runChain(ctx context.Context, b store.Build, plan Plan, bs bas
 		forced = forced || st.Force
 		r, isRun := runs[idx]
 		if !isRun {
-			last.key = stepKey(last.key, stepInput{Type: st.Type, Args: st.Args})
+			last.key = layercache.StepKey(last.key, layercache.StepInput{Type: st.Type, Args: st.Args})
 			m.logf(b.ID, "info", fmt.Sprint(idx), "[%d/%d] %s %s", idx, n, st.Type, strings.Join(st.Args, " "))
 			continue
 		}
@@ -144,8 +146,8 @@ func (m *Manager) runChain(ctx context.Context, b store.Build, plan Plan, bs bas
 		if err != nil {
 			return layer{}, nil, fmt.Sprint(idx), err
 		}
-		key := stepKey(last.key, in)
-		if dir, ok := m.cache.lookup(key); ok && !forced {
+		key := layercache.StepKey(last.key, in)
+		if dir, ok := m.cache.Lookup(key); ok && !forced {
 			m.logf(b.ID, "info", fmt.Sprint(idx), "[%d/%d] CACHED %s", idx, n, e.Label)
 			last, keys = layer{key: key, dir: dir}, append(keys, key)
 			continue
@@ -162,20 +164,20 @@ func (m *Manager) runChain(ctx context.Context, b store.Build, plan Plan, bs bas
 // resolveRun resolves a RUN or COPY step over the base's config and
 // returns its canonical form for the key chain (COPY: with the sha256 of
 // the team's upload, errdefs.ErrInvalidArgument when there is none).
-func (m *Manager) resolveRun(b store.Build, r RunStep, cfg store.TemplateConfig) (Exec, stepInput, error) {
+func (m *Manager) resolveRun(b store.Build, r RunStep, cfg store.TemplateConfig) (Exec, layercache.StepInput, error) {
 	e := resolve(r, cfg)
-	in := stepInput{Type: "RUN", Args: []string{r.Cmd}, User: e.User, Workdir: e.Workdir, Env: e.Env}
+	in := layercache.StepInput{Type: "RUN", Args: []string{r.Cmd}, User: e.User, Workdir: e.Workdir, Env: e.Env}
 	if c := r.Copy; c != nil {
 		sum, err := fileSHA256(FilesPath(m.cfg.DataDir, b.Team, c.Hash))
 		if errors.Is(err, os.ErrNotExist) {
-			return Exec{}, stepInput{}, fmt.Errorf("step %d (COPY): COPY %s: files %s were never uploaded: %w",
+			return Exec{}, layercache.StepInput{}, fmt.Errorf("step %d (COPY): COPY %s: files %s were never uploaded: %w",
 				r.Index, c.Src, c.Hash, errInvalid)
 		}
 		if err != nil {
-			return Exec{}, stepInput{}, fmt.Errorf("step %d (COPY): %w", r.Index, err)
+			return Exec{}, layercache.StepInput{}, fmt.Errorf("step %d (COPY): %w", r.Index, err)
 		}
 		e.Kind, e.Label = "COPY", fmt.Sprintf("COPY %s %s", c.Src, c.Dest)
-		in = stepInput{Type: "COPY", Args: []string{c.Src, c.Dest, fmt.Sprintf("%04o", uint32(c.Mode))},
+		in = layercache.StepInput{Type: "COPY", Args: []string{c.Src, c.Dest, fmt.Sprintf("%04o", uint32(c.Mode))},
 			User: e.User, Workdir: e.Workdir, Env: e.Env, FilesSum: sum}
 	}
 	return e, in, nil
@@ -187,7 +189,7 @@ func (m *Manager) resolveRun(b store.Build, r RunStep, cfg store.TemplateConfig)
 // committed. On failure the tree stays in work (removed with it).
 func (m *Manager) runStep(ctx context.Context, b store.Build, prev layer, key string, r RunStep, e Exec, work string) (layer, error) {
 	tree := filepath.Join(work, fmt.Sprintf("step-%d", r.Index))
-	if err := linkTree(ctx, prev.dir, tree); err != nil {
+	if err := layercache.LinkTree(ctx, prev.dir, tree); err != nil {
 		return layer{}, fmt.Errorf("step %d: %w", r.Index, err)
 	}
 	if err := checkConfig(tree, store.TemplateConfig{Workdir: e.Workdir}); err != nil {
@@ -214,29 +216,9 @@ func (m *Manager) runStep(ctx context.Context, b store.Build, prev layer, key st
 	if err != nil {
 		return layer{}, err
 	}
-	dir, err := m.cache.commit(key, tree)
+	dir, err := m.cache.Commit(key, tree)
 	if err != nil {
 		return layer{}, err
 	}
 	return layer{key: key, dir: dir}, nil
-}
-
-// layerRefsName is the file, in a template's directory, listing the keys
-// of the layers it was built from (kept by GC while the template exists).
-const layerRefsName = "layers.json"
-
-// writeLayerRefs records keys as the layers template name was built from.
-func writeLayerRefs(dataDir, name string, keys []string) error {
-	b, err := json.Marshal(keys)
-	if err != nil {
-		return err
-	}
-	p := filepath.Join(template.Layout{DataDir: dataDir}.TemplateDir(name), layerRefsName)
-	if err := os.WriteFile(p+".tmp", b, 0o644); err != nil {
-		return fmt.Errorf("record layers: %w", err)
-	}
-	if err := os.Rename(p+".tmp", p); err != nil {
-		return fmt.Errorf("record layers: %w", err)
-	}
-	return nil
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/moatsh/moat/internal/build/layercache"
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/template"
 )
@@ -111,7 +113,7 @@ func TestLayerCacheReuse(t *testing.T) {
 		t.Fatalf("etc/two = %q", got)
 	}
 	// Templates record their layers for GC.
-	if b, err := os.ReadFile(filepath.Join(template.Layout{DataDir: e.data}.TemplateDir("t3"), layerRefsName)); err != nil ||
+	if b, err := os.ReadFile(filepath.Join(template.Layout{DataDir: e.data}.TemplateDir("t3"), layercache.RefsName)); err != nil ||
 		strings.Count(string(b), ",") != 3 {
 		t.Fatalf("layers.json = %s, %v", b, err)
 	}
@@ -151,12 +153,12 @@ func TestLayersNeverWrittenThrough(t *testing.T) {
 	e.mustBuild(t, fr, "w1", Spec{FromTemplate: "mini", Steps: cacheSteps(hash, "write etc/two v1")})
 	w1 := rootfsOf(t, e, "w1")
 	// The layer of step 2 is in the cache: find it through w1's refs.
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(w1), layerRefsName))
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(w1), layercache.RefsName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	keys := strings.Split(strings.Trim(string(b), `[]"`), `","`)
-	layer2, ok := e.m.cache.lookup(keys[1])
+	layer2, ok := e.m.cache.Lookup(keys[1])
 	if !ok {
 		t.Fatalf("no layer for step 2 (%v)", keys)
 	}
@@ -202,7 +204,7 @@ func TestFailedStepLeavesNoLayer(t *testing.T) {
 	if after := layerLinks(t, e); after != before {
 		t.Fatalf("layers %d -> %d after a failed step", before, after)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(e.m.cache.dir, ".work")); len(ents) != 0 {
+	if ents, _ := os.ReadDir(filepath.Join(e.m.cache.Dir(), ".work")); len(ents) != 0 {
 		t.Fatalf("work dirs left: %v", ents)
 	}
 	if readFile(t, rootfsOf(t, e, "x"), "etc/two") != "v1" {
@@ -213,7 +215,7 @@ func TestFailedStepLeavesNoLayer(t *testing.T) {
 	if b, _ := e.build(t, "a", "x", Spec{FromTemplate: "mini", Steps: steps}); b.Status != store.BuildError {
 		t.Fatalf("bad user: %+v", b)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(e.m.cache.dir, ".work")); len(ents) != 0 {
+	if ents, _ := os.ReadDir(filepath.Join(e.m.cache.Dir(), ".work")); len(ents) != 0 {
 		t.Fatalf("work dirs left: %v", ents)
 	}
 	st, ran, err := gcNow(e)
@@ -222,15 +224,18 @@ func TestFailedStepLeavesNoLayer(t *testing.T) {
 	}
 }
 
+// layerKeyRE is a layer key (an entry of the cache's directory).
+var layerKeyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
 func layerLinks(t *testing.T, e *env) int {
 	t.Helper()
-	ents, err := os.ReadDir(e.m.cache.dir)
+	ents, err := os.ReadDir(e.m.cache.Dir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for _, x := range ents {
-		if keyRE.MatchString(x.Name()) {
+		if layerKeyRE.MatchString(x.Name()) {
 			n++
 		}
 	}
@@ -296,7 +301,7 @@ func TestGCAfterTemplateRemoval(t *testing.T) {
 	if st, ran, err := gcNow(e); err != nil || !ran || st.Layers != n || st.Kept != 0 {
 		t.Fatalf("GC without the template = %+v, %v, %v (want %d removed)", st, ran, err, n)
 	}
-	if ents, _ := os.ReadDir(e.m.cache.dir); len(ents) != 2 { // .lock and .work
+	if ents, _ := os.ReadDir(e.m.cache.Dir()); len(ents) != 2 { // .lock and .work
 		t.Fatalf("left in the cache: %v", ents)
 	}
 	// The next build starts cold and works.
@@ -306,12 +311,12 @@ func TestGCAfterTemplateRemoval(t *testing.T) {
 }
 
 // gcNow runs GC, waiting for the one a finished build may be running.
-func gcNow(e *env) (GCStats, bool, error) {
+func gcNow(e *env) (layercache.GCStats, bool, error) {
 	for range 100 {
 		if st, ran, err := e.m.GC(); ran || err != nil {
 			return st, ran, err
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return GCStats{}, false, nil
+	return layercache.GCStats{}, false, nil
 }

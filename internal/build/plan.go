@@ -1,7 +1,6 @@
 package build
 
 import (
-	"fmt"
 	"io/fs"
 	"path"
 	"regexp"
@@ -80,17 +79,17 @@ func Compile(s Spec) (Plan, error) {
 		Registry: s.Registry, Force: s.Force, Steps: s.Steps}
 	switch {
 	case p.FromImage != "" && p.FromTemplate != "":
-		return Plan{}, fmt.Errorf("fromImage and fromTemplate are exclusive: %w", errdefs.ErrInvalidArgument)
+		return Plan{}, errdefs.Publicf(errdefs.ErrInvalidArgument, "fromImage and fromTemplate are exclusive")
 	case p.FromImage == "" && p.FromTemplate == "":
-		return Plan{}, fmt.Errorf("a build needs fromImage or fromTemplate: %w", errdefs.ErrInvalidArgument)
+		return Plan{}, errdefs.Publicf(errdefs.ErrInvalidArgument, "a build needs fromImage or fromTemplate")
 	case p.Registry != nil && p.FromImage == "":
-		return Plan{}, fmt.Errorf("fromImageRegistry needs fromImage: %w", errdefs.ErrInvalidArgument)
+		return Plan{}, errdefs.Publicf(errdefs.ErrInvalidArgument, "fromImageRegistry needs fromImage")
 	}
 	p.Config.StartCmd, p.Config.ReadyCmd = s.StartCmd, s.ReadyCmd
 	for i, st := range s.Steps {
 		p.index = i + 1
 		if err := p.apply(st); err != nil {
-			return Plan{}, fmt.Errorf("step %d (%s): %w", i+1, st.Type, err)
+			return Plan{}, errdefs.PublicWrap(err, "step %d (%s)", i+1, st.Type)
 		}
 	}
 	return p, nil
@@ -101,12 +100,12 @@ func (p *Plan) apply(st Step) error {
 	switch st.Type {
 	case "ENV":
 		if len(st.Args) == 0 || len(st.Args)%2 != 0 {
-			return fmt.Errorf("ENV wants name/value pairs, got %d args: %w", len(st.Args), errdefs.ErrInvalidArgument)
+			return errdefs.Publicf(errdefs.ErrInvalidArgument, "ENV wants name/value pairs, got %d args", len(st.Args))
 		}
 		for i := 0; i < len(st.Args); i += 2 {
 			k, v := st.Args[i], st.Args[i+1]
 			if !envNameRE.MatchString(k) {
-				return fmt.Errorf("invalid variable name %q: %w", k, errdefs.ErrInvalidArgument)
+				return errdefs.Publicf(errdefs.ErrInvalidArgument, "invalid variable name %q", k)
 			}
 			if p.Config.Env == nil {
 				p.Config.Env = map[string]string{}
@@ -115,7 +114,7 @@ func (p *Plan) apply(st Step) error {
 		}
 	case "WORKDIR":
 		if len(st.Args) != 1 || st.Args[0] == "" {
-			return fmt.Errorf("WORKDIR wants one path: %w", errdefs.ErrInvalidArgument)
+			return errdefs.Publicf(errdefs.ErrInvalidArgument, "WORKDIR wants one path")
 		}
 		dir := st.Args[0]
 		if !path.IsAbs(dir) {
@@ -129,17 +128,17 @@ func (p *Plan) apply(st Step) error {
 		p.Config.Workdir = path.Clean(dir)
 	case "USER":
 		if len(st.Args) != 1 || !userRE.MatchString(st.Args[0]) {
-			return fmt.Errorf("USER wants one user name: %w", errdefs.ErrInvalidArgument)
+			return errdefs.Publicf(errdefs.ErrInvalidArgument, "USER wants one user name")
 		}
 		p.Config.User = st.Args[0]
 	case "RUN":
 		if len(st.Args) < 1 || len(st.Args) > 2 || strings.TrimSpace(st.Args[0]) == "" {
-			return fmt.Errorf("RUN wants a command and an optional user: %w", errdefs.ErrInvalidArgument)
+			return errdefs.Publicf(errdefs.ErrInvalidArgument, "RUN wants a command and an optional user")
 		}
 		r := RunStep{Index: p.index, Cmd: st.Args[0], Config: over(store.TemplateConfig{}, p.Config)} // a copy
 		if len(st.Args) == 2 && st.Args[1] != "" {
 			if !userRE.MatchString(st.Args[1]) {
-				return fmt.Errorf("RUN user %q: %w", st.Args[1], errdefs.ErrInvalidArgument)
+				return errdefs.Publicf(errdefs.ErrInvalidArgument, "RUN user %q", st.Args[1])
 			}
 			r.User = st.Args[1]
 		}
@@ -147,33 +146,33 @@ func (p *Plan) apply(st Step) error {
 	case "COPY":
 		// args: src, dest, user ("" = the configured one), mode (octal, "" = as archived)
 		if len(st.Args) < 2 || len(st.Args) > 4 || st.Args[0] == "" || st.Args[1] == "" {
-			return fmt.Errorf("COPY wants src, dest and optional user and mode: %w", errdefs.ErrInvalidArgument)
+			return errdefs.Publicf(errdefs.ErrInvalidArgument, "COPY wants src, dest and optional user and mode")
 		}
 		src := path.Clean(st.Args[0])
 		if path.IsAbs(src) || src == ".." || strings.HasPrefix(src, "../") {
-			return fmt.Errorf("COPY source %q must be inside the build context: %w", st.Args[0], errdefs.ErrInvalidArgument)
+			return errdefs.Publicf(errdefs.ErrInvalidArgument, "COPY source %q must be inside the build context", st.Args[0])
 		}
 		if !filesHashRE.MatchString(st.FilesHash) {
-			return fmt.Errorf("COPY needs the filesHash of its uploaded files: %w", errdefs.ErrInvalidArgument)
+			return errdefs.Publicf(errdefs.ErrInvalidArgument, "COPY needs the filesHash of its uploaded files")
 		}
 		c := &CopyStep{Src: src, Dest: st.Args[1], Hash: st.FilesHash}
 		r := RunStep{Index: p.index, Copy: c, Config: over(store.TemplateConfig{}, p.Config)}
 		if len(st.Args) > 2 && st.Args[2] != "" {
 			if !userRE.MatchString(st.Args[2]) {
-				return fmt.Errorf("COPY user %q: %w", st.Args[2], errdefs.ErrInvalidArgument)
+				return errdefs.Publicf(errdefs.ErrInvalidArgument, "COPY user %q", st.Args[2])
 			}
 			r.User = st.Args[2]
 		}
 		if len(st.Args) > 3 && st.Args[3] != "" {
 			m, err := strconv.ParseUint(st.Args[3], 8, 32)
 			if err != nil || m > 0o7777 {
-				return fmt.Errorf("COPY mode %q: want octal permissions: %w", st.Args[3], errdefs.ErrInvalidArgument)
+				return errdefs.Publicf(errdefs.ErrInvalidArgument, "COPY mode %q: want octal permissions", st.Args[3])
 			}
 			c.Mode = fs.FileMode(m)
 		}
 		p.Runs = append(p.Runs, r)
 	default:
-		return fmt.Errorf("unknown step type %q (want ENV, WORKDIR, USER, RUN or COPY): %w", st.Type, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf(errdefs.ErrInvalidArgument, "unknown step type %q (want ENV, WORKDIR, USER, RUN or COPY)", st.Type)
 	}
 	return nil
 }

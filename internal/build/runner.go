@@ -16,7 +16,7 @@ type Runner interface {
 	// exit 0 writes the sandbox's file changes into rootfs. A command
 	// that exits non-zero stops the run with an *ExitError and leaves
 	// rootfs unchanged. rootfs shares its files' inodes with cached
-	// layers (a hard-link copy): changes replace files (as applyUpper
+	// layers (a hard-link copy): changes replace files (as upper.Apply
 	// does), never write into them.
 	Run(ctx context.Context, rootfs string, execs []Exec, out func(e Exec, stream, line string)) error
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -18,8 +17,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/moatsh/moat/api/envd/process"
 	"github.com/moatsh/moat/api/envd/process/processconnect"
+	"github.com/moatsh/moat/internal/build/upper"
+	"github.com/moatsh/moat/internal/envd/runcmd"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/runtime"
@@ -113,11 +113,11 @@ func (s *SandboxRunner) Run(ctx context.Context, rootfs string, execs []Exec, ou
 	if err != nil {
 		return fmt.Errorf("build sandbox id range: %w", err)
 	}
-	upper := filepath.Join(dir, "disk", "upper")
-	if fi, err := os.Lstat(upper); err != nil || !fi.IsDir() {
-		return fmt.Errorf("build sandbox writable layer %s: not a directory (%v)", upper, err)
+	upperDir := filepath.Join(dir, "disk", "upper")
+	if fi, err := os.Lstat(upperDir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("build sandbox writable layer %s: not a directory (%v)", upperDir, err)
 	}
-	return applyUpper(upper, rootfs, idShift{host: ids.Host, size: idmap.Size}, func(rel string) {
+	return upper.Apply(upperDir, rootfs, upper.IDShift{Host: ids.Host, Size: idmap.Size}, func(rel string) {
 		s.log.Info("build: special file not copied into the template", "path", rel)
 	})
 }
@@ -146,61 +146,20 @@ func (s *SandboxRunner) waitEnvd(ctx context.Context, base string) error {
 // exec runs one command and returns its exit code (-1 for a signal).
 func (s *SandboxRunner) exec(ctx context.Context, pc processconnect.ProcessClient, shell string, e Exec,
 	out func(e Exec, stream, line string)) (int, error) {
-	noStdin := false
-	cfg := &process.ProcessConfig{Cmd: shell, Args: []string{"-l", "-c", e.Cmd}, Envs: e.Env}
+	argv := []string{shell, "-l", "-c", e.Cmd}
 	if shell == "/bin/sh" {
-		cfg.Args = []string{"-c", e.Cmd}
+		argv = []string{shell, "-c", e.Cmd}
 	}
-	if e.Workdir != "" {
-		wd := e.Workdir
-		cfg.Cwd = &wd
-	}
-	req := connect.NewRequest(&process.StartRequest{Process: cfg, Stdin: &noStdin})
-	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(e.User+":")))
-	req.Header().Set("Keepalive-Ping-Interval", "50")
-	stream, err := pc.Start(ctx, req)
-	if err != nil {
-		return -1, err
-	}
-	defer stream.Close()
 	lines := map[string]*lineBuf{"stdout": {}, "stderr": {}}
-	emit := func(stream string, b []byte) {
-		lines[stream].add(b, func(l string) { out(e, stream, l) })
+	exit, err := runcmd.Run(ctx, pc, runcmd.Command{Argv: argv, User: e.User, Env: e.Env, Cwd: e.Workdir,
+		KeepAlive: 50 * time.Second,
+		Output: func(stream string, b []byte) {
+			lines[stream].add(b, func(l string) { out(e, stream, l) })
+		}})
+	for name, l := range lines {
+		l.flush(func(s string) { out(e, name, s) })
 	}
-	started := false
-	for stream.Receive() {
-		ev := stream.Msg().GetEvent()
-		switch {
-		case ev.GetStart() != nil:
-			started = true
-		case ev.GetData() != nil:
-			d := ev.GetData()
-			if b := d.GetStdout(); b != nil {
-				emit("stdout", b)
-			} else if b := d.GetStderr(); b != nil {
-				emit("stderr", b)
-			}
-		case ev.GetEnd() != nil:
-			for name, l := range lines {
-				l.flush(func(s string) { out(e, name, s) })
-			}
-			if !started {
-				return -1, errors.New("the process ended before it started")
-			}
-			end := ev.GetEnd()
-			if end.GetExitCode() == 0 && end.GetError() != "" {
-				return -1, errors.New(end.GetError())
-			}
-			if !end.GetExited() {
-				return -1, nil
-			}
-			return int(end.GetExitCode()), nil
-		}
-	}
-	if err := stream.Err(); err != nil {
-		return -1, err
-	}
-	return -1, errors.New("the process stream ended without an end event")
+	return exit.Code, err
 }
 
 // lineBuf splits a byte stream into lines (long lines are cut).

@@ -57,6 +57,46 @@ type Limits struct {
 	MemoryBytes int64
 	Pids        int64
 	CPUs        int
+	// Background gives the cgroup the lowest CPU weight (see SetBackground).
+	Background bool
+}
+
+// CPU weights: the lowest, for work that must yield to every sandbox
+// (a warm-pool member being made), and the kernel's default.
+const (
+	sharesLow, sharesDefault = "2", "1024" // cgroup v1 cpu.shares
+	weightLow, weightDefault = "1", "100"  // cgroup v2 cpu.weight
+)
+
+// cpuWeight is the CPU weight file and its value on this host.
+func cpuWeight(background bool) (file, value string) {
+	switch {
+	case V2Only() && background:
+		return "cpu.weight", weightLow
+	case V2Only():
+		return "cpu.weight", weightDefault
+	case background:
+		return "cpu.shares", sharesLow
+	default:
+		return "cpu.shares", sharesDefault
+	}
+}
+
+// SetBackground gives path the lowest CPU weight (background) or the
+// default one back: under contention its processes then run only on what
+// other cgroups leave.
+func SetBackground(path string, background bool) error {
+	f, v := cpuWeight(background)
+	for _, d := range Dirs(path) {
+		p := filepath.Join(d, f)
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+			return fmt.Errorf("cgroup %s = %s: %w", p, v, err)
+		}
+	}
+	return nil
 }
 
 // Create makes path in every hierarchy of Dirs and writes lim to the limit
@@ -70,6 +110,10 @@ func Create(path string, lim Limits) error {
 	} else {
 		files = map[string]string{"memory.limit_in_bytes": strconv.FormatInt(lim.MemoryBytes, 10),
 			"pids.max": strconv.FormatInt(lim.Pids, 10), "cpu.cfs_quota_us": quota}
+	}
+	if lim.Background {
+		f, v := cpuWeight(true)
+		files[f] = v
 	}
 	for _, d := range Dirs(path) {
 		if err := os.MkdirAll(d, 0o755); err != nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/moatsh/moat/internal/errdefs"
@@ -131,5 +132,36 @@ func TestReadUint(t *testing.T) {
 	}
 	if _, err := readKey(p, "nope"); err == nil {
 		t.Error("readKey of a missing key: no error")
+	}
+}
+
+// TestBackground: a background cgroup has the lowest CPU weight until
+// SetBackground gives it the default back.
+func TestBackground(t *testing.T) {
+	requireRoot(t)
+	path := testParent + "/background"
+	t.Cleanup(func() { _ = Remove(path); _ = Remove(testParent) })
+	if err := Create(path, Limits{MemoryBytes: 64 << 20, Pids: 16, CPUs: 1, Background: true}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	weight := func() string {
+		f, _ := cpuWeight(false)
+		for _, d := range Dirs(path) {
+			if b, err := os.ReadFile(filepath.Join(d, f)); err == nil {
+				return strings.TrimSpace(string(b))
+			}
+		}
+		t.Fatalf("no %s for %s", f, path)
+		return ""
+	}
+	_, low := cpuWeight(true)
+	if got := weight(); got != low {
+		t.Fatalf("background weight %s, want %s", got, low)
+	}
+	if err := SetBackground(path, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, def := cpuWeight(false); weight() != def {
+		t.Fatalf("foreground weight %s, want %s", weight(), def)
 	}
 }

@@ -76,3 +76,15 @@ func readKey(p, key string) (uint64, error) {
 	}
 	return 0, fmt.Errorf("%s: no %s", p, key)
 }
+
+// OOMKills is how many processes of path the kernel's OOM killer has
+// killed (memory.events oom_kill on v2, memory.oom_control on v1); 0 when
+// the cgroup is gone or the counter unreadable.
+func OOMKills(path string) uint64 {
+	if V2Only() {
+		n, _ := readKey(filepath.Join(Root, path, "memory.events"), "oom_kill")
+		return n
+	}
+	n, _ := readKey(filepath.Join(Root, "memory", path, "memory.oom_control"), "oom_kill")
+	return n
+}

@@ -15,4 +15,12 @@
 // Table holds every sandbox's policy; Set replaces one sandbox's policy at
 // once (a single map swap under a lock), so a connection is judged by the
 // old list or the new one, never a mix. Connections already spliced stay up.
+//
+// A sandbox's policy may also carry header rules (E2B's network.rules):
+// its HTTPS connections to allowed names that a rule matches are not
+// spliced but handed to package inject, which terminates their TLS with a
+// certificate of the egress CA (package tlsca), sets the rule's headers
+// with the team's secrets and forwards each request over Moat's own
+// verified TLS to the same permitted destination. Plain HTTP to such a name
+// is answered 403. Every other connection is spliced as before.
 package egress

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/moatsh/moat/internal/egress/inject"
 )
 
 // Rules is a domain allow list: exact names, and wildcard suffixes ("*.x"
@@ -62,9 +64,25 @@ const (
 	maxTTL = time.Hour
 )
 
+// Policy is one sandbox's egress policy as the resolver and the proxy
+// enforce it.
+type Policy struct {
+	// Domains are allowOut's domain entries in canonical form
+	// ("api.example.com", "*.example.com"); see ParseRules.
+	Domains []string
+	// Team owns the secrets that Headers' placeholders name.
+	Team string
+	// Headers are network.rules: HTTPS to a matching allowed name is
+	// intercepted and gets the headers (see package inject); rules grant
+	// no egress of their own.
+	Headers []inject.Rule
+}
+
 // sandbox is one sandbox's policy and what its names resolved to.
 type sandbox struct {
-	rules Rules
+	rules  Rules
+	team   string
+	inject inject.Rules
 
 	mu       sync.Mutex
 	resolved map[nameAddr]time.Time // expiry; guarded by mu
@@ -89,11 +107,23 @@ func NewTable() *Table {
 	return &Table{src: map[netip.Addr]*sandbox{}, conns: map[netip.Addr]map[io.Closer]string{}, now: time.Now}
 }
 
-// Set replaces the domain rules of the sandbox at addr; empty rules remove
-// it (its traffic then gets no answer from the resolver or the proxy).
-// Addresses already resolved for names still allowed stay usable; spliced
-// connections to names no longer allowed are closed.
-func (t *Table) Set(addr netip.Addr, r Rules) {
+// Set replaces the domain rules of the sandbox at addr, without header
+// rules (see SetPolicy).
+func (t *Table) Set(addr netip.Addr, r Rules) { t.set(addr, r, "", inject.Rules{}) }
+
+// SetPolicy replaces the policy of the sandbox at addr; a policy without
+// domains removes it (its traffic then gets no answer from the resolver or
+// the proxy). Addresses already resolved for names still allowed stay
+// usable; spliced and intercepted connections to names no longer allowed
+// are closed. Connections to names still allowed stay up: an intercepted
+// one applies the new header rules from its next request on (or none, if
+// its name lost them); a spliced one stays spliced (new connections to a
+// name that gained rules are intercepted).
+func (t *Table) SetPolicy(addr netip.Addr, p Policy) {
+	t.set(addr, ParseRules(p.Domains), p.Team, inject.Compile(p.Headers))
+}
+
+func (t *Table) set(addr netip.Addr, r Rules, team string, inj inject.Rules) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for c, name := range t.conns[addr] {
@@ -106,7 +136,7 @@ func (t *Table) Set(addr netip.Addr, r Rules) {
 		delete(t.src, addr)
 		return
 	}
-	sb := &sandbox{rules: r, resolved: map[nameAddr]time.Time{}}
+	sb := &sandbox{rules: r, team: team, inject: inj, resolved: map[nameAddr]time.Time{}}
 	if old := t.src[addr]; old != nil {
 		old.mu.Lock()
 		for k, exp := range old.resolved {
@@ -130,6 +160,28 @@ func (t *Table) lookup(addr netip.Addr) *sandbox {
 func (t *Table) Allowed(src netip.Addr, name string) bool {
 	sb := t.lookup(src)
 	return sb != nil && sb.rules.Match(name)
+}
+
+// injects reports whether the sandbox at src has header rules for name
+// (an allowed name): its HTTPS is intercepted, its plain HTTP refused.
+func (t *Table) injects(src netip.Addr, name string) bool {
+	sb := t.lookup(src)
+	if sb == nil || !sb.rules.Match(name) {
+		return false
+	}
+	_, ok := sb.inject.Match(name)
+	return ok
+}
+
+// policyFor is inject.Conn.Policy for the sandbox at src and name, as its
+// policy is now.
+func (t *Table) policyFor(src netip.Addr, name string) (team string, headers map[string]string, allowed bool) {
+	sb := t.lookup(src)
+	if sb == nil || !sb.rules.Match(name) {
+		return "", nil, false
+	}
+	h, _ := sb.inject.Match(name)
+	return sb.team, h, true
 }
 
 // remember records that name resolved to addrs for the sandbox at src.

@@ -3,12 +3,15 @@ package egress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/moatsh/moat/internal/egress/inject"
 )
 
 // Proxy is the transparent proxy for redirected TCP connections to ports
@@ -18,6 +21,12 @@ import (
 // only if Table.Permit agrees (the name is allowed and resolved to that
 // address through the Resolver) and Blocked does not refuse the address.
 // Anything else is closed without a byte sent.
+//
+// A permitted connection to a name with header rules (Table.SetPolicy) is
+// not spliced: on port 443 it goes to Inject, which terminates its TLS and
+// forwards its requests with the headers set; on port 80 it is answered
+// 403 (a rule's header, often a secret, never travels in clear, and a
+// request is never forwarded without it).
 type Proxy struct {
 	Table *Table
 	// OriginalDst returns the destination the client dialled before the
@@ -29,6 +38,9 @@ type Proxy struct {
 	Log     *slog.Logger
 	// Dial connects to the original destination; nil means a net.Dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Inject serves intercepted connections; nil refuses (closes) every
+	// connection that header rules would intercept.
+	Inject *inject.Server
 }
 
 // handshakeTimeout bounds the wait for a client's first bytes, and
@@ -80,6 +92,10 @@ func (p *Proxy) handle(c net.Conn, decided func()) {
 		p.log().Debug("egress proxy: connection refused", "src", src, "dst", dst, "name", name, "reason", err)
 		return
 	}
+	if p.Table.injects(src, name) {
+		p.intercept(c, src, dst, name, first)
+		return
+	}
 	dial := p.Dial
 	if dial == nil {
 		var d net.Dialer
@@ -105,6 +121,44 @@ func (p *Proxy) handle(c net.Conn, decided func()) {
 		return
 	}
 	splice(c, up)
+}
+
+// intercept hands a connection to a name with header rules to Inject
+// (HTTPS), or refuses it with 403 (HTTP).
+func (p *Proxy) intercept(c net.Conn, src netip.Addr, dst netip.AddrPort, name string, first []byte) {
+	if dst.Port() != 443 {
+		p.log().Debug("egress proxy: plain HTTP to a name with header rules refused", "src", src, "name", name)
+		refusePlainHTTP(c, name)
+		return
+	}
+	if p.Inject == nil {
+		p.log().Warn("egress proxy: header rules without an interceptor; connection refused", "src", src, "name", name)
+		return
+	}
+	drop, ok := p.Table.admit(src, name, dst.Addr(), c)
+	if !ok {
+		return
+	}
+	defer drop()
+	p.Inject.Serve(c, first, inject.Conn{Name: name, Dst: dst,
+		Policy: func() (string, map[string]string, bool) { return p.Table.policyFor(src, name) }})
+}
+
+// refusePlainHTTP answers a plain HTTP request head (already read) with
+// 403 and a text saying why.
+func refusePlainHTTP(c net.Conn, name string) {
+	body := "moat: " + name + " has network.rules that set request headers; they apply to HTTPS only, " +
+		"so plain HTTP to it is refused (use https://" + name + "/)\n"
+	c.SetWriteDeadline(time.Now().Add(handshakeTimeout)) //nolint:errcheck
+	fmt.Fprintf(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"+
+		"Connection: close\r\n\r\n%s", len(body), body)
+	// Read what else the client sent for a moment, so that closing with
+	// unread bytes does not reset the connection before the answer is read.
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()                                //nolint:errcheck
+		c.SetReadDeadline(time.Now().Add(time.Second)) //nolint:errcheck
+		io.Copy(io.Discard, io.LimitReader(c, 64<<10)) //nolint:errcheck
+	}
 }
 
 // decide reads the client's first bytes and judges the connection. It

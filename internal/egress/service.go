@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,9 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+
+	"github.com/moatsh/moat/internal/egress/inject"
+	"github.com/moatsh/moat/internal/egress/tlsca"
 )
 
 // Service is the resolver and the proxy listening on the host, as `moat
@@ -21,6 +25,7 @@ type Service struct {
 	Table    *Table
 	resolver *Resolver
 	proxy    *Proxy
+	inject   *inject.Server
 	blocked  atomic.Pointer[func(netip.Addr) bool]
 
 	dnsUDP   net.PacketConn
@@ -28,9 +33,32 @@ type Service struct {
 	proxyTCP net.Listener
 }
 
+// Injection is what header rules need (see Proxy and package inject).
+type Injection struct {
+	// CA mints the certificates intercepted connections are shown; the
+	// sandboxes with header rules trust its certificate.
+	CA      *tlsca.CA
+	Secrets inject.Secrets
+	// UpstreamRoots verify the servers intercepted requests go to; nil
+	// means the system pool.
+	UpstreamRoots *x509.CertPool
+}
+
+// Option configures Start.
+type Option func(*Service, *slog.Logger)
+
+// WithInjection enables header rules (Policy.Headers): without it, a
+// connection they would intercept is refused.
+func WithInjection(in Injection) Option {
+	return func(s *Service, log *slog.Logger) {
+		s.inject = inject.New(inject.Config{Leaf: in.CA.Leaf, Secrets: in.Secrets, Roots: in.UpstreamRoots, Log: log,
+			Blocked: func(a netip.Addr) bool { return (*s.blocked.Load())(a) }})
+	}
+}
+
 // Start opens the listeners on ephemeral ports and serves until Close.
 // upstreams are the resolvers allowed names are forwarded to.
-func Start(log *slog.Logger, upstreams []netip.AddrPort) (*Service, error) {
+func Start(log *slog.Logger, upstreams []netip.AddrPort, opts ...Option) (*Service, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -58,8 +86,11 @@ func Start(log *slog.Logger, upstreams []netip.AddrPort) (*Service, error) {
 		s.dnsTCP.Close()
 		return nil, fmt.Errorf("egress: proxy listener: %w", err)
 	}
+	for _, o := range opts {
+		o(s, log)
+	}
 	s.resolver = &Resolver{Table: s.Table, Upstreams: upstreams, Log: log}
-	s.proxy = &Proxy{Table: s.Table, OriginalDst: OriginalDst, Log: log,
+	s.proxy = &Proxy{Table: s.Table, OriginalDst: OriginalDst, Log: log, Inject: s.inject,
 		Blocked: func(a netip.Addr) bool { return (*s.blocked.Load())(a) }}
 	go func() {
 		if err := s.resolver.ServeUDP(s.dnsUDP); err != nil {
@@ -76,7 +107,8 @@ func Start(log *slog.Logger, upstreams []netip.AddrPort) (*Service, error) {
 			log.Error("proxy stopped", "err", err)
 		}
 	}()
-	log.Info("egress proxy listening", "dnsPort", s.DNSPort(), "proxyPort", s.ProxyPort(), "upstreams", upstreams)
+	log.Info("egress proxy listening", "dnsPort", s.DNSPort(), "proxyPort", s.ProxyPort(), "upstreams", upstreams,
+		"headerRules", s.inject != nil)
 	return s, nil
 }
 
@@ -86,18 +118,22 @@ func (s *Service) DNSPort() uint16 { return uint16(s.dnsUDP.LocalAddr().(*net.UD
 // ProxyPort is the transparent proxy's port.
 func (s *Service) ProxyPort() uint16 { return uint16(s.proxyTCP.Addr().(*net.TCPAddr).Port) }
 
-// SetRules replaces the domain rules of the sandbox at addr (nil: none).
-func (s *Service) SetRules(addr netip.Addr, domains []string) {
-	s.Table.Set(addr, ParseRules(domains))
-}
+// SetPolicy replaces the policy of the sandbox at addr (no domains:
+// none); see Table.SetPolicy.
+func (s *Service) SetPolicy(addr netip.Addr, p Policy) { s.Table.SetPolicy(addr, p) }
 
 // UseBlocked sets the destinations the proxy never dials (until it is
 // called, it dials none).
 func (s *Service) UseBlocked(f func(netip.Addr) bool) { s.blocked.Store(&f) }
 
-// Close stops the listeners; spliced connections go on until they end.
+// Close stops the listeners and the intercepted connections; spliced
+// connections go on until they end.
 func (s *Service) Close() error {
-	return errors.Join(s.dnsUDP.Close(), s.dnsTCP.Close(), s.proxyTCP.Close())
+	err := errors.Join(s.dnsUDP.Close(), s.dnsTCP.Close(), s.proxyTCP.Close())
+	if s.inject != nil {
+		err = errors.Join(err, s.inject.Close())
+	}
+	return err
 }
 
 // ParseUpstreams parses a comma-separated list of resolvers ("ip" or

@@ -2,6 +2,7 @@ package idmap
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -85,4 +86,30 @@ func userNS(r Range) (int, error) {
 		return -1, fmt.Errorf("idmap: open user namespace: %w", err)
 	}
 	return fd, nil
+}
+
+// OpenTree returns a detached, read-write idmapped copy of the mount at
+// src (not of mounts below it): files owned by N under src are owned by
+// r.Host+N through it, and a process of r's user namespace that creates
+// a file as its ID N makes it N's under src. It is nosuid and nodev, plus
+// the MOUNT_ATTR_* flags in extra (MOUNT_ATTR_NOEXEC,
+// MOUNT_ATTR_NOSYMFOLLOW: the kernel then follows no symlink on it).
+// Attach it with move_mount; closing the descriptor of a copy never
+// attached drops it.
+func OpenTree(src string, r Range, extra uint64) (*os.File, error) {
+	nsfd, err := cachedUserNS(r)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("idmap: open_tree %s: %w", src, err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | extra,
+		Userns_fd: uint64(nsfd)}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("idmap: idmap %s: %w", src, err)
+	}
+	return os.NewFile(uintptr(fd), "idmapped:"+src), nil
 }

@@ -2,7 +2,10 @@
 // capability, in a mount namespace of its own that shows only the paths it
 // is given, Firecracker-jailer style. Moat uses it for QEMU: a device
 // emulation bug then yields an unprivileged user that sees its own
-// sandbox's files and nothing else of the host's data.
+// sandbox's files and nothing else of the host's data. Its second kind,
+// the user-namespace jail (NSCommand, EnterNS in userns_linux.go), is for
+// the NFS server of a microVM's volumes, which must act as every user of
+// the sandbox's ID range on the volume's files.
 //
 // Command re-executes the running binary (/proc/self/exe) with argv[0]
 // set to HelperName, in a new mount namespace; this package's init

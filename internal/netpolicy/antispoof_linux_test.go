@@ -15,6 +15,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/moatsh/moat/internal/netpolicy/firewall"
 )
 
 // nftCounter reads a named counter, in netns ns when ns is not empty.
@@ -209,7 +211,7 @@ func TestAntiSpoofing(t *testing.T) {
 		{"destination itself", inet, false},
 		{"uplink gateway", netip.MustParseAddr("198.18.71.1"), false},
 	}
-	before := nftCounter(t, "", "inet", m.o.table, counterSpoofed4)
+	before := nftCounter(t, "", "inet", m.o.table, firewall.CounterSpoofed4)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			port := 41000 + i
@@ -231,8 +233,8 @@ func TestAntiSpoofing(t *testing.T) {
 			}
 		})
 	}
-	if after := nftCounter(t, "", "inet", m.o.table, counterSpoofed4); after <= before {
-		t.Errorf("counter %s did not count the forged packets (%d → %d)", counterSpoofed4, before, after)
+	if after := nftCounter(t, "", "inet", m.o.table, firewall.CounterSpoofed4); after <= before {
+		t.Errorf("counter %s did not count the forged packets (%d → %d)", firewall.CounterSpoofed4, before, after)
 	}
 
 	t.Run("IPv6", func(t *testing.T) { testIPv6Spoofing(t, m, u, a, b) })
@@ -255,7 +257,7 @@ func testIPv6Spoofing(t *testing.T, m *Manager, u *uplink, a, b *Net) {
 	if err := dialEventually(u.addr(inet6.String())); err != nil { // the host itself reaches it
 		t.Fatal(err)
 	}
-	before := nftCounter(t, "", "inet", m.o.table, counterSpoofed6)
+	before := nftCounter(t, "", "inet", m.o.table, firewall.CounterSpoofed6)
 	send := func(port int, src netip.Addr) uint64 {
 		u.captureUDP(t, port, uplinkHost6.Addr())
 		for i := 0; i < 3; i++ {
@@ -273,8 +275,8 @@ func testIPv6Spoofing(t *testing.T, m *Manager, u *uplink, a, b *Net) {
 			t.Errorf("source %s: %d IPv6 packets from a sandbox arrived upstream", src, got)
 		}
 	}
-	if after := nftCounter(t, "", "inet", m.o.table, counterSpoofed6); after < before+uint64(len(forged)) {
-		t.Errorf("counter %s: %d → %d, want at least %d more", counterSpoofed6, before, after, len(forged))
+	if after := nftCounter(t, "", "inet", m.o.table, firewall.CounterSpoofed6); after < before+uint64(len(forged)) {
+		t.Errorf("counter %s: %d → %d, want at least %d more", firewall.CounterSpoofed6, before, after, len(forged))
 	}
 	// Control: the same frame from its own address arrives, masqueraded.
 	const port = 41150
@@ -308,7 +310,7 @@ func testNDPSpoofing(t *testing.T, m *Manager, a, b *Net) {
 		return out
 	}
 	allNodes := net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}
-	before := nftCounter(t, "", "inet", m.o.table, counterSpoofed6)
+	before := nftCounter(t, "", "inet", m.o.table, firewall.CounterSpoofed6)
 	claims := []netip.Addr{b.SandboxAddr6, a.HostAddr6, netip.MustParseAddr("2001:db8:71::1")}
 	for _, claim := range claims {
 		was := neigh(claim)
@@ -320,8 +322,8 @@ func testNDPSpoofing(t *testing.T, m *Manager, a, b *Net) {
 			t.Errorf("neighbour entries for %s changed: %q → %q", claim, was, now)
 		}
 	}
-	if after := nftCounter(t, "", "inet", m.o.table, counterSpoofed6); after < before+uint64(2*len(claims)) {
-		t.Errorf("counter %s: %d → %d, want %d more", counterSpoofed6, before, after, 2*len(claims))
+	if after := nftCounter(t, "", "inet", m.o.table, firewall.CounterSpoofed6); after < before+uint64(2*len(claims)) {
+		t.Errorf("counter %s: %d → %d, want %d more", firewall.CounterSpoofed6, before, after, 2*len(claims))
 	}
 }
 
@@ -348,7 +350,7 @@ func testARPSpoofing(t *testing.T, m *Manager, a, b *Net) {
 		}
 		return out
 	}
-	before := nftCounter(t, "", "arp", m.o.table, counterSpoofARP)
+	before := nftCounter(t, "", "arp", m.o.table, firewall.CounterSpoofARP)
 	for _, claim := range []netip.Addr{b.SandboxAddr, b.HostAddr, netip.MustParseAddr("198.18.71.1"), netip.MustParseAddr("10.201.255.99")} {
 		was := neigh(claim)
 		sendFrame(t, a.NSPath, bcast, unix.ETH_P_ARP, func(mac net.HardwareAddr) []byte { return arpPacket(mac, claim, a.HostAddr) })
@@ -358,8 +360,8 @@ func testARPSpoofing(t *testing.T, m *Manager, a, b *Net) {
 			t.Errorf("neighbour entries for %s changed: %v → %v", claim, was, now)
 		}
 	}
-	if after := nftCounter(t, "", "arp", m.o.table, counterSpoofARP); after < before+8 {
-		t.Errorf("counter %s: %d → %d, want 8 more", counterSpoofARP, before, after)
+	if after := nftCounter(t, "", "arp", m.o.table, firewall.CounterSpoofARP); after < before+8 {
+		t.Errorf("counter %s: %d → %d, want 8 more", firewall.CounterSpoofARP, before, after)
 	}
 	// Control: the sandbox's own address is learnt from the same kind of frame.
 	_ = netlink.NeighDel(&netlink.Neigh{LinkIndex: host.Attrs().Index, IP: net.IP(a.SandboxAddr.AsSlice())})

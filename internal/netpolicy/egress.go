@@ -1,8 +1,6 @@
 package netpolicy
 
 import (
-	"errors"
-	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -33,23 +31,43 @@ import (
 // is refused at once (ICMPv6 administratively prohibited, so clients fall
 // back to IPv4 although the resolver passes AAAA answers on), except to
 // IPv6 prefixes in Allow, and its IPv6 DNS is refused even there.
+//
+// Headers are network.rules (E2B's header transforms), enforced by the
+// proxy for the allowed names they match; Team owns the secrets their
+// placeholders name. They grant no egress and need Domains.
 type Egress struct {
 	Allow    []netip.Prefix
 	Deny     []netip.Prefix
 	Internet bool
 	Domains  []string
+	Team     string
+	Headers  []HeaderRule
+}
+
+// HeaderRule is one network.rules entry: headers the proxy sets on HTTPS
+// requests to Domain ("x.example", or "*.example" for the names below it).
+type HeaderRule struct {
+	Domain  string
+	Headers map[string]string
+}
+
+// ProxyRules is what the proxy enforces for one sandbox (see Egress).
+type ProxyRules struct {
+	Domains []string
+	Team    string
+	Headers []HeaderRule
 }
 
 // EgressProxy is where a host's domain-rule enforcement listens: the
 // resolver on DNSPort (udp and tcp) and the transparent proxy on ProxyPort
 // (tcp), on all of the host's addresses (the redirect targets the veth's
-// host address). Rules is told a sandbox's address and allowOut domains
-// before its traffic is redirected (nil domains: forget it). UseBlocked,
-// if set, is handed the Manager's Blocked when New succeeds.
+// host address). Rules is told a sandbox's address and rules before its
+// traffic is redirected (no domains: forget it). UseBlocked, if set, is
+// handed the Manager's Blocked when New succeeds.
 type EgressProxy struct {
 	DNSPort    uint16
 	ProxyPort  uint16
-	Rules      func(sandbox netip.Addr, domains []string)
+	Rules      func(sandbox netip.Addr, r ProxyRules)
 	UseBlocked func(blocked func(netip.Addr) bool)
 }
 
@@ -85,11 +103,11 @@ const MaxEgressEntries = 1000
 // ErrDomainUnsupported marks domain rules a host cannot enforce (a Manager
 // without WithEgressProxy). Errors carrying it are also
 // errdefs.ErrInvalidArgument.
-var ErrDomainUnsupported = errors.New("domain rules are not supported on this host")
+var ErrDomainUnsupported = errdefs.Public(errdefs.ErrInvalidArgument, "domain rules are not supported on this host")
 
 // ErrDomainsRequireDenyAll is E2B's rule: allowOut domains are only
 // meaningful when denyOut blocks everything else.
-var ErrDomainsRequireDenyAll = errors.New("when specifying allowed domains in allowOut, you must include '0.0.0.0/0' (ALL_TRAFFIC) in denyOut to block all other traffic")
+var ErrDomainsRequireDenyAll = errdefs.Public(errdefs.ErrInvalidArgument, "when specifying allowed domains in allowOut, you must include '0.0.0.0/0' (ALL_TRAFFIC) in denyOut to block all other traffic")
 
 // MaxEgressDomains bounds the domain entries of allowOut.
 const MaxEgressDomains = 100
@@ -126,12 +144,12 @@ func (e Entry) String() string {
 func ParseEntry(s string) (Entry, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
-		return Entry{}, fmt.Errorf("empty entry: %w", errdefs.ErrInvalidArgument)
+		return Entry{}, errdefs.Publicf(errdefs.ErrInvalidArgument, "empty entry")
 	}
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil || p.Addr().Zone() != "" {
-			return Entry{}, fmt.Errorf("%q is not a valid CIDR block: %w", s, errdefs.ErrInvalidArgument)
+			return Entry{}, errdefs.Publicf(errdefs.ErrInvalidArgument, "%q is not a valid CIDR block", s)
 		}
 		if p.Addr().Is4In6() && p.Bits() >= 96 {
 			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
@@ -140,14 +158,14 @@ func ParseEntry(s string) (Entry, error) {
 	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		if a.Zone() != "" {
-			return Entry{}, fmt.Errorf("%q: IP addresses with a zone are not allowed: %w", s, errdefs.ErrInvalidArgument)
+			return Entry{}, errdefs.Publicf(errdefs.ErrInvalidArgument, "%q: IP addresses with a zone are not allowed", s)
 		}
 		a = a.Unmap()
 		return Entry{Prefix: netip.PrefixFrom(a, a.BitLen())}, nil
 	}
 	if host, port, ok := strings.Cut(s, ":"); ok && port != "" && !strings.Contains(port, ":") {
 		if _, err := ParseEntry(host); err == nil {
-			return Entry{}, fmt.Errorf("%q: port rules are not supported: %w", s, errdefs.ErrInvalidArgument)
+			return Entry{}, errdefs.Publicf(errdefs.ErrInvalidArgument, "%q: port rules are not supported", s)
 		}
 	}
 	d := strings.ToLower(strings.TrimSuffix(s, "."))
@@ -156,7 +174,7 @@ func ParseEntry(s string) (Entry, error) {
 		d, wild = rest, true
 	}
 	if !validDomain(d) {
-		return Entry{}, fmt.Errorf("%q is not an IP address, CIDR block or domain name: %w", s, errdefs.ErrInvalidArgument)
+		return Entry{}, errdefs.Publicf(errdefs.ErrInvalidArgument, "%q is not an IP address, CIDR block or domain name", s)
 	}
 	return Entry{Domain: d, Wildcard: wild}, nil
 }
@@ -197,16 +215,15 @@ func ParseEgress(allowOut, denyOut []string) (allow, deny []netip.Prefix, canonA
 		domains bool
 	}{{"allowOut", allowOut, &allow, &canonAllow, true}, {"denyOut", denyOut, &deny, &canonDeny, false}} {
 		if len(l.in) > MaxEgressEntries {
-			return nil, nil, nil, nil, fmt.Errorf("network.%s: at most %d entries: %w", l.name, MaxEgressEntries, errdefs.ErrInvalidArgument)
+			return nil, nil, nil, nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "network.%s: at most %d entries", l.name, MaxEgressEntries)
 		}
 		for _, s := range l.in {
 			e, perr := ParseEntry(s)
 			switch {
 			case perr != nil:
-				return nil, nil, nil, nil, fmt.Errorf("network.%s: invalid entry: %w", l.name, perr)
+				return nil, nil, nil, nil, errdefs.PublicWrap(perr, "network.%s: invalid entry", l.name)
 			case e.IsDomain() && !l.domains:
-				return nil, nil, nil, nil, fmt.Errorf("network.%s: invalid entry %q: domain names are not supported for deny rules, only IP addresses and CIDR blocks: %w",
-					l.name, s, errdefs.ErrInvalidArgument)
+				return nil, nil, nil, nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "network.%s: invalid entry %q: domain names are not supported for deny rules, only IP addresses and CIDR blocks", l.name, s)
 			}
 			if c := e.String(); !slices.Contains(*l.canon, c) {
 				if !e.IsDomain() {
@@ -218,10 +235,10 @@ func ParseEgress(allowOut, denyOut []string) (allow, deny []netip.Prefix, canonA
 	}
 	if ds := Domains(canonAllow); len(ds) > 0 {
 		if len(ds) > MaxEgressDomains {
-			return nil, nil, nil, nil, fmt.Errorf("network.allowOut: at most %d domain names: %w", MaxEgressDomains, errdefs.ErrInvalidArgument)
+			return nil, nil, nil, nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "network.allowOut: at most %d domain names", MaxEgressDomains)
 		}
 		if !slices.Contains(canonDeny, "0.0.0.0/0") {
-			return nil, nil, nil, nil, fmt.Errorf("network.allowOut: %w: %w", ErrDomainsRequireDenyAll, errdefs.ErrInvalidArgument)
+			return nil, nil, nil, nil, errdefs.PublicWrap(ErrDomainsRequireDenyAll, "network.allowOut")
 		}
 	}
 	return allow, deny, canonAllow, canonDeny, nil
@@ -236,105 +253,4 @@ func Domains(canonAllow []string) []string {
 		}
 	}
 	return ds
-}
-
-// ipv4Range is an inclusive range of IPv4 addresses.
-type ipv4Range struct{ from, to uint32 }
-
-func v4(a netip.Addr) uint32 {
-	b := a.As4()
-	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-}
-
-func v4Addr(v uint32) netip.Addr {
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-}
-
-// mergeV4 turns the IPv4 prefixes of ps into sorted, disjoint, non-adjacent
-// ranges: the elements of an interval set may not overlap. IPv6 prefixes
-// are dropped.
-func mergeV4(ps []netip.Prefix) []ipv4Range {
-	var rs []ipv4Range
-	for _, p := range ps {
-		if !p.Addr().Is4() {
-			continue
-		}
-		p = p.Masked()
-		from := v4(p.Addr())
-		to := from | uint32((uint64(1)<<(32-p.Bits()))-1)
-		rs = append(rs, ipv4Range{from, to})
-	}
-	slices.SortFunc(rs, func(a, b ipv4Range) int {
-		switch {
-		case a.from < b.from:
-			return -1
-		case a.from > b.from:
-			return 1
-		}
-		return 0
-	})
-	var out []ipv4Range
-	for _, r := range rs {
-		if n := len(out); n > 0 && (r.from <= out[n-1].to || out[n-1].to != ^uint32(0) && r.from == out[n-1].to+1) {
-			out[n-1].to = max(out[n-1].to, r.to)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
-// addrRange is an inclusive range of addresses of one family.
-type addrRange struct{ from, to netip.Addr }
-
-func v4Ranges(rs []ipv4Range) []addrRange {
-	out := make([]addrRange, 0, len(rs))
-	for _, r := range rs {
-		out = append(out, addrRange{v4Addr(r.from), v4Addr(r.to)})
-	}
-	return out
-}
-
-// mergeV6 turns the IPv6 prefixes of ps into sorted, disjoint,
-// non-adjacent ranges, as mergeV4 does for IPv4. IPv4 prefixes are
-// dropped.
-func mergeV6(ps []netip.Prefix) []addrRange {
-	var rs []addrRange
-	for _, p := range ps {
-		if !p.Addr().Is6() || p.Addr().Is4In6() {
-			continue
-		}
-		p = p.Masked()
-		last := p.Addr().As16()
-		for i := p.Bits(); i < 128; i++ {
-			last[i/8] |= 0x80 >> (i % 8)
-		}
-		rs = append(rs, addrRange{p.Addr(), netip.AddrFrom16(last)})
-	}
-	slices.SortFunc(rs, func(a, b addrRange) int { return a.from.Compare(b.from) })
-	var out []addrRange
-	for _, r := range rs {
-		if n := len(out); n > 0 && (r.from.Compare(out[n-1].to) <= 0 || out[n-1].to.Next() == r.from) {
-			if r.to.Compare(out[n-1].to) > 0 {
-				out[n-1].to = r.to
-			}
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
-// denyAllV6 is what a denyOut holding 0.0.0.0/0 also denies: E2B's
-// "deny all traffic" covers IPv6 too.
-var denyAllV6 = netip.MustParsePrefix("::/0")
-
-// withDenyAllV6 returns deny, plus ::/0 when it holds 0.0.0.0/0.
-func withDenyAllV6(deny []netip.Prefix) []netip.Prefix {
-	for _, p := range deny {
-		if p.Addr().Is4() && p.Bits() == 0 {
-			return append(slices.Clone(deny), denyAllV6)
-		}
-	}
-	return deny
 }

@@ -2,210 +2,12 @@ package netpolicy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
-
-	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/netpolicy/firewall"
 )
-
-// Per-sandbox egress rules (Egress) live in interval sets of the inet
-// table keyed by (host ifname . IPv4 range): egressAllowSet and
-// egressDenySet, and by (host ifname . IPv6 range): egressAllow6Set and
-// egressDeny6Set. A sandbox's update is one nftables transaction that
-// removes the ranges it no longer has and adds the new ones, so a packet
-// sees the old policy or the new one, never a mix, and a connection whose
-// destination stays allowed is never interrupted. installTable keeps their
-// elements like those of the other sets.
-const (
-	egressAllowSet  = "egress_allow"
-	egressDenySet   = "egress_deny"
-	egressAllow6Set = "egress_allow6"
-	egressDeny6Set  = "egress_deny6"
-)
-
-var (
-	egressKeyType  = nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIPAddr)
-	egressKey6Type = nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIP6Addr)
-	egressSetNames = []string{egressAllowSet, egressDenySet, egressAllow6Set, egressDeny6Set}
-)
-
-// egressSets are the four sets in one table.
-type egressSets struct{ allow, deny, allow6, deny6 *nftables.Set }
-
-// addrLen is the address length of set name's keys.
-func addrLen(name string) int {
-	if name == egressAllow6Set || name == egressDeny6Set {
-		return 16
-	}
-	return 4
-}
-
-func egressSetIn(t *nftables.Table, name string) *nftables.Set {
-	kt := egressKeyType
-	if addrLen(name) == 16 {
-		kt = egressKey6Type
-	}
-	return &nftables.Set{Table: t, Name: name, KeyType: kt, Concatenation: true, Interval: true}
-}
-
-// addEgressSets adds the four sets, holding keep[name], to c's batch.
-func addEgressSets(c *nftables.Conn, t *nftables.Table, keep map[string][]nftables.SetElement) (egressSets, error) {
-	e := egressSets{egressSetIn(t, egressAllowSet), egressSetIn(t, egressDenySet), egressSetIn(t, egressAllow6Set), egressSetIn(t, egressDeny6Set)}
-	for _, s := range []*nftables.Set{e.allow, e.deny, e.allow6, e.deny6} {
-		if err := c.AddSet(s, keep[s.Name]); err != nil {
-			return egressSets{}, fmt.Errorf("nftables: add set %s: %w", s.Name, err)
-		}
-	}
-	return e, nil
-}
-
-// inEgress matches when (input ifname . IPv4 destination) is in set.
-func inEgress(set *nftables.Set) []expr.Any {
-	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-		&expr.Payload{DestRegister: 2, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
-	}
-}
-
-// inEgress6 matches when (input ifname . IPv6 destination) is in set.
-func inEgress6(set *nftables.Set) []expr.Any { return inSet6(expr.MetaKeyIIFNAME, 24, set, false) }
-
-func egressElem(ifname string, r addrRange) nftables.SetElement {
-	return nftables.SetElement{Key: sandboxAddrKey(ifname, r.from), KeyEnd: sandboxAddrKey(ifname, r.to)}
-}
-
-func elemKey(e nftables.SetElement) string { return string(e.Key) + "\x00" + string(e.KeyEnd) }
-
-// readEgress returns the elements of set name grouped by ifname; a missing
-// table or set yields none.
-func (m *Manager) readEgress(c *nftables.Conn, name string) (map[string][]nftables.SetElement, error) {
-	out := map[string][]nftables.SetElement{}
-	s, err := c.GetSetByName(m.table(), name)
-	if err != nil {
-		return out, nil
-	}
-	elems, err := c.GetSetElements(s)
-	if err != nil {
-		return nil, fmt.Errorf("nftables: read set %s: %w", name, err)
-	}
-	n := len(ifnameKey(""))
-	for _, e := range elems {
-		if len(e.Key) != n+addrLen(name) {
-			continue
-		}
-		ifname := string(trimNUL(e.Key[:n]))
-		out[ifname] = append(out[ifname], nftables.SetElement{Key: e.Key, KeyEnd: e.KeyEnd})
-	}
-	return out, nil
-}
-
-// keepEgress reads both sets' elements for a table reinstall.
-func (m *Manager) keepEgress(c *nftables.Conn) (map[string][]nftables.SetElement, error) {
-	keep := map[string][]nftables.SetElement{}
-	if _, err := c.ListTableOfFamily(m.o.table, nftables.TableFamilyINet); err != nil {
-		return keep, nil
-	}
-	for _, name := range egressSetNames {
-		byIf, err := m.readEgress(c, name)
-		if err != nil {
-			return nil, err
-		}
-		for _, es := range byIf {
-			keep[name] = append(keep[name], es...)
-		}
-	}
-	return keep, nil
-}
-
-// writeEgress replaces ifname's elements of the egress sets with want
-// (set name → ranges; nil: removes them all) and sets its membership of the
-// "allowed" and "proxied" sets, in one transaction. nftMu must be held.
-func (m *Manager) writeEgress(ifname string, want map[string][]addrRange, internet, proxied bool) error {
-	c, err := nftables.New()
-	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
-	}
-	changed, err := m.writeProxied(c, ifname, proxied)
-	if err != nil {
-		return err
-	}
-	for _, name := range egressSetNames {
-		ch, err := m.replaceEgress(c, ifname, name, want[name])
-		if err != nil {
-			return err
-		}
-		changed = changed || ch
-	}
-	members, err := m.allowedIfs()
-	if err != nil {
-		return err
-	}
-	if members[ifname] != internet {
-		s := &nftables.Set{Table: m.table(), Name: allowedSet, KeyType: nftables.TypeIFName}
-		elems := []nftables.SetElement{{Key: ifnameKey(ifname)}}
-		if internet {
-			err = c.SetAddElements(s, elems)
-		} else {
-			err = c.SetDeleteElements(s, elems)
-		}
-		if err != nil {
-			return fmt.Errorf("nftables: %s: %w", allowedSet, err)
-		}
-		changed = true
-	}
-	if !changed {
-		return nil
-	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables: egress policy of %s: %w", ifname, err)
-	}
-	return nil
-}
-
-// replaceEgress adds to c's batch what turns ifname's elements of set name
-// into want; it reports whether it added anything to the batch.
-func (m *Manager) replaceEgress(c *nftables.Conn, ifname, name string, want []addrRange) (bool, error) {
-	have, err := m.readEgress(c, name)
-	if err != nil {
-		return false, err
-	}
-	old := map[string]bool{}
-	for _, e := range have[ifname] {
-		old[elemKey(e)] = true
-	}
-	var add, del []nftables.SetElement
-	keep := map[string]bool{}
-	for _, r := range want {
-		e := egressElem(ifname, r)
-		keep[elemKey(e)] = true
-		if !old[elemKey(e)] {
-			add = append(add, e)
-		}
-	}
-	for _, e := range have[ifname] {
-		if !keep[elemKey(e)] {
-			del = append(del, e)
-		}
-	}
-	s := egressSetIn(m.table(), name)
-	if len(del) > 0 {
-		if err := c.SetDeleteElements(s, del); err != nil {
-			return false, fmt.Errorf("nftables: %s: %w", name, err)
-		}
-	}
-	if len(add) > 0 {
-		if err := c.SetAddElements(s, add); err != nil {
-			return false, fmt.Errorf("nftables: %s: %w", name, err)
-		}
-	}
-	return len(add)+len(del) > 0, nil
-}
 
 // SetEgress replaces sandbox id's egress policy. For a sandbox whose
 // network exists the change is applied at once, atomically; before Setup
@@ -233,8 +35,7 @@ func (m *Manager) SetEgress(ctx context.Context, id string, e Egress) error {
 // applyEgress writes e for id's interface. Domain rules reach the proxy
 // before the redirect starts, and leave it after the redirect stops.
 func (m *Manager) applyEgress(ctx context.Context, id string, e Egress) error {
-	want := egressWant(e)
-	if e.Internet || len(want[egressAllowSet])+len(want[egressAllow6Set]) > 0 {
+	if e.Internet || firewall.AllowsAny(e.Allow) {
 		if err := m.enableForwarding(); err != nil {
 			return err
 		}
@@ -247,22 +48,23 @@ func (m *Manager) applyEgress(ctx context.Context, id string, e Egress) error {
 		_, addr = m.alloc.addrs(slot)
 	}
 	m.mu.Unlock()
+	if len(e.Headers) > 0 && !proxied {
+		return fmt.Errorf("sandbox %s: %w", id, errdefs.Publicf(errdefs.ErrInvalidArgument,
+			"network.rules need domain names in network.allowOut"))
+	}
 	if proxied {
 		if m.o.proxy == nil {
-			return fmt.Errorf("sandbox %s: network.allowOut domains: %w: %w", id, ErrDomainUnsupported, errdefs.ErrInvalidArgument)
+			return fmt.Errorf("sandbox %s: %w", id, errdefs.PublicWrap(ErrDomainUnsupported, "network.allowOut domains"))
 		}
 		if up && m.o.proxy.Rules != nil {
-			m.o.proxy.Rules(addr, e.Domains)
+			m.o.proxy.Rules(addr, ProxyRules{Domains: e.Domains, Team: e.Team, Headers: e.Headers})
 		}
 	}
-	m.nftMu.Lock()
-	err := m.writeEgress(m.o.hostIf(id), want, e.Internet, proxied)
-	m.nftMu.Unlock()
-	if err != nil {
+	if err := m.fw.WriteEgress(m.o.hostIf(id), e.Allow, e.Deny, e.Internet, proxied); err != nil {
 		return fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	if !proxied && up && m.o.proxy != nil && m.o.proxy.Rules != nil {
-		m.o.proxy.Rules(addr, nil)
+		m.o.proxy.Rules(addr, ProxyRules{})
 	}
 	m.mu.Lock()
 	if _, ok := m.alloc.byID[id]; ok {
@@ -273,102 +75,14 @@ func (m *Manager) applyEgress(ctx context.Context, id string, e Egress) error {
 	return nil
 }
 
-// clearEgress removes ifname's elements from both egress sets.
-func (m *Manager) clearEgress(ifname string) error {
-	c, err := nftables.New()
-	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
-	}
-	m.nftMu.Lock()
-	defer m.nftMu.Unlock()
-	n := 0
-	if ch, err := m.writeProxied(c, ifname, false); err != nil {
-		return err
-	} else if ch {
-		n++
-	}
-	for _, name := range egressSetNames {
-		have, err := m.readEgress(c, name)
-		if err != nil {
-			return err
-		}
-		if len(have[ifname]) == 0 {
-			continue
-		}
-		if err := c.SetDeleteElements(egressSetIn(m.table(), name), have[ifname]); err != nil {
-			return fmt.Errorf("nftables: %s: %w", name, err)
-		}
-		n++
-	}
-	if n == 0 {
-		return nil
-	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables: clear egress policy of %s: %w", ifname, err)
-	}
-	return nil
-}
-
-// clearStaleEgress removes the egress elements of every ifname of m's scope
-// not in live.
-func (m *Manager) clearStaleEgress(live map[string]string) error {
-	c, err := nftables.New()
-	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
-	}
-	stale := map[string]bool{}
-	for _, name := range egressSetNames {
-		have, err := m.readEgress(c, name)
-		if err != nil {
-			return err
-		}
-		for ifname := range have {
-			if _, ok := live[ifname]; !ok && strings.HasPrefix(ifname, m.o.ifPrefix) {
-				stale[ifname] = true
-			}
-		}
-	}
-	var errs []error
-	for ifname := range stale {
-		errs = append(errs, m.clearEgress(ifname))
-	}
-	return errors.Join(errs...)
-}
-
 // egressRanges returns the ranges (IPv4 first, then IPv6) enforced for
 // id's interface now, as first and last addresses (for tests and
 // diagnostics).
 func (m *Manager) egressRanges(id string) (allow, deny [][2]netip.Addr, err error) {
-	c, err := nftables.New()
-	if err != nil {
-		return nil, nil, err
-	}
-	n := len(ifnameKey(""))
-	for _, l := range []struct {
-		name string
-		out  *[][2]netip.Addr
-	}{{egressAllowSet, &allow}, {egressDenySet, &deny}, {egressAllow6Set, &allow}, {egressDeny6Set, &deny}} {
-		have, err := m.readEgress(c, l.name)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, e := range have[m.o.hostIf(id)] {
-			a, _ := netip.AddrFromSlice(e.Key[n:])
-			b, _ := netip.AddrFromSlice(e.KeyEnd[n:])
-			*l.out = append(*l.out, [2]netip.Addr{a, b})
-		}
-	}
-	return allow, deny, nil
+	return m.fw.EgressRanges(m.o.hostIf(id))
 }
 
-// egressWant maps e to the ranges of each egress set, by family; a denyOut
-// holding 0.0.0.0/0 denies all IPv6 too (withDenyAllV6), so "deny all but
-// allowOut" means both families, and an allowOut opens exactly the IPv6
-// prefixes it names.
-func egressWant(e Egress) map[string][]addrRange {
-	deny := withDenyAllV6(e.Deny)
-	return map[string][]addrRange{
-		egressAllowSet: v4Ranges(mergeV4(e.Allow)), egressDenySet: v4Ranges(mergeV4(deny)),
-		egressAllow6Set: mergeV6(e.Allow), egressDeny6Set: mergeV6(deny),
-	}
-}
+// Blocked reports whether a is a destination no sandbox ever reaches
+// whatever its policy (see firewall.Firewall.Blocked). The egress proxy
+// checks it before dialling for a sandbox.
+func (m *Manager) Blocked(a netip.Addr) bool { return m.fw.Blocked(a) }

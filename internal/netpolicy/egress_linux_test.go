@@ -218,7 +218,7 @@ func TestEgressPolicy(t *testing.T) {
 	}
 
 	t.Log("a reinstalled table keeps the policy")
-	if err := m.installTable(); err != nil {
+	if err := m.fw.Install(); err != nil {
 		t.Fatal(err)
 	}
 	reach(t, n, two, true)

@@ -75,20 +75,3 @@ func TestParseEgress(t *testing.T) {
 		t.Fatalf("malformed: %v", err)
 	}
 }
-
-func TestMergeV4(t *testing.T) {
-	got := mergeV4(pfx("10.0.0.0/24", "10.0.0.128/25", "10.0.1.0/24", "10.0.3.0/24", "2001:db8::/32", "0.0.0.0/0"))
-	if len(got) != 1 || got[0] != (ipv4Range{0, ^uint32(0)}) {
-		t.Fatalf("with /0: %v", got)
-	}
-	got = mergeV4(pfx("10.0.3.0/24", "10.0.0.128/25", "10.0.0.0/24", "10.0.1.0/24", "255.255.255.255/32"))
-	want := []ipv4Range{{v4(v4Addr(0x0a000000)), 0x0a0001ff}, {0x0a000300, 0x0a0003ff}, {0xffffffff, 0xffffffff}}
-	if len(got) != len(want) {
-		t.Fatalf("%v, want %v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("%v, want %v", got, want)
-		}
-	}
-}

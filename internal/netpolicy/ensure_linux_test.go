@@ -13,7 +13,7 @@ import (
 func TestSetupReinstallsMissingTable(t *testing.T) {
 	m := testManager(t)
 	ctx := context.Background()
-	if err := m.deleteTable(); err != nil {
+	if err := m.fw.Delete(); err != nil {
 		t.Fatal(err)
 	}
 	id := testID(t)

@@ -12,13 +12,14 @@ import (
 	goruntime "runtime"
 	"strings"
 	"sync"
+	"time"
 
-	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/moatsh/moat/internal/cleanup"
+	"github.com/moatsh/moat/internal/netpolicy/firewall"
 )
 
 // netnsDir is where named network namespaces live, as with `ip netns add`.
@@ -38,9 +39,7 @@ type Manager struct {
 	forward6   bool              // IPv6 forwarding on (by us or before); guarded by mu
 	v6         bool              // the host has IPv6: sandboxes get IPv6 addresses
 
-	nftMu     sync.Mutex     // serialises table installs with hostnets refills
-	deny      []netip.Prefix // contents of the hostnets chain; guarded by nftMu
-	denyDirty bool           // the last hostnets refill failed; guarded by nftMu
+	fw *firewall.Firewall // the scope's nftables tables
 
 	done      chan struct{} // closed by Close: stops the host network watcher
 	watching  sync.WaitGroup
@@ -72,8 +71,8 @@ func New(log *slog.Logger, opts ...Option) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netpolicy: %w", err)
 	}
-	m.deny = deny
-	if err := m.installTable(); err != nil {
+	m.fw = firewall.New(m.firewallConfig(), deny)
+	if err := m.fw.Install(); err != nil {
 		return nil, err
 	}
 	m.watching.Add(1)
@@ -103,25 +102,27 @@ func (m *Manager) Close() error {
 	if n > 0 || m.o.table == defaultOptions().table {
 		return nil
 	}
-	return m.deleteTable()
+	return m.fw.Delete()
+}
+
+// firewallConfig names the scope's nftables objects.
+func (m *Manager) firewallConfig() firewall.Config {
+	c := firewall.Config{Table: m.o.table, IfPrefix: m.o.ifPrefix, Subnet: m.o.subnet, Subnet6: m.o.sandboxes6()}
+	if p := m.o.proxy; p != nil {
+		c.Redirect = &firewall.Redirect{DNSPort: p.DNSPort, ProxyPort: p.ProxyPort}
+	}
+	return c
 }
 
 // ensureTable reinstalls the table if something removed it since New: no
 // sandbox network is ever set up without its firewall.
 func (m *Manager) ensureTable() error {
-	c, err := nftables.New()
-	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
-	}
-	_, err = c.ListTableOfFamily(m.o.table, nftables.TableFamilyINet)
-	if err == nil {
-		_, err = c.ListTableOfFamily(m.o.table, nftables.TableFamilyARP)
-	}
-	if err == nil {
-		return nil
+	ok, err := m.fw.Present()
+	if err != nil || ok {
+		return err
 	}
 	m.log.Warn("nftables table missing, reinstalling", "table", m.o.table)
-	return m.installTable()
+	return m.fw.Install()
 }
 
 // Lookup returns the network of a sandbox set up (or recovered) by m.
@@ -185,23 +186,28 @@ func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *
 	n := m.netOf(id, slot)
 	m.mu.Unlock()
 
+	steps := newSteps()
 	if err := createNetns(m.o.netnsName(id), m.v6); err != nil {
 		return nil, fmt.Errorf("sandbox %s: create netns: %w", id, err)
 	}
+	steps.step("netns")
 	undo.Push(func() error { return deleteNetns(m.o.netnsName(id)) })
 	if err := m.createVeth(n); err != nil {
 		return nil, err
 	}
 	undo.Push(func() error { return deleteLink(n.HostIf) })
-	if err := m.bindAddr(n.HostIf, n.SandboxAddr, n.SandboxAddr6); err != nil {
+	steps.step("veth")
+	if err := m.fw.Bind(n.HostIf, n.SandboxAddr, n.SandboxAddr6); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	undo.Push(func() error { return m.unbindAddrs(n.HostIf) })
+	undo.Push(func() error { return m.fw.Unbind(n.HostIf) })
+	steps.step("bind")
 	if err := configureInside(n); err != nil {
 		return nil, err
 	}
+	steps.step("inside")
 	if hasPolicy {
-		undo.Push(func() error { return errors.Join(m.clearEgress(n.HostIf), m.setAllowed(n.HostIf, false)) })
+		undo.Push(func() error { return errors.Join(m.fw.ClearEgress(n.HostIf), m.fw.SetAllowed(n.HostIf, false)) })
 		if err := m.applyEgress(ctx, id, policy); err != nil {
 			return nil, err
 		}
@@ -209,12 +215,14 @@ func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *
 		if err := m.enableForwarding(); err != nil {
 			return nil, err
 		}
-		if err := m.setAllowed(n.HostIf, true); err != nil {
+		if err := m.fw.SetAllowed(n.HostIf, true); err != nil {
 			return nil, fmt.Errorf("sandbox %s: %w", id, err)
 		}
-		undo.Push(func() error { return m.setAllowed(n.HostIf, false) })
+		undo.Push(func() error { return m.fw.SetAllowed(n.HostIf, false) })
 	}
-	m.log.DebugContext(ctx, "network up", "sandbox", id, "if", n.HostIf, "addr", n.SandboxAddr, "internet", allowInternet)
+	steps.step("policy")
+	m.log.DebugContext(ctx, "network up", append([]any{"sandbox", id, "if", n.HostIf, "addr", n.SandboxAddr,
+		"internet", allowInternet}, steps.attrs...)...)
 	return n, nil
 }
 
@@ -229,9 +237,9 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 	slot, up := m.alloc.byID[id]
 	m.mu.Unlock()
 	err := errors.Join(
-		m.setAllowed(hostIf, false),
-		m.clearEgress(hostIf),
-		m.unbindAddrs(hostIf),
+		m.fw.SetAllowed(hostIf, false),
+		m.fw.ClearEgress(hostIf),
+		m.fw.Unbind(hostIf),
 		deleteLink(hostIf),
 		deleteNetns(m.o.netnsName(id)),
 	)
@@ -239,7 +247,7 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 		m.mu.Lock()
 		_, sb := m.alloc.addrs(slot)
 		m.mu.Unlock()
-		m.o.proxy.Rules(sb, nil) // before release: the slot may be reused at once
+		m.o.proxy.Rules(sb, ProxyRules{}) // before release: the slot may be reused at once
 	}
 	m.release(id)
 	if err != nil {
@@ -496,4 +504,18 @@ func hostAddrs() map[netip.Addr]bool {
 		}
 	}
 	return out
+}
+
+// steps times the phases of a Setup for its debug log.
+type steps struct {
+	last  time.Time
+	attrs []any
+}
+
+func newSteps() *steps { return &steps{last: time.Now()} }
+
+func (s *steps) step(name string) {
+	now := time.Now()
+	s.attrs = append(s.attrs, name, now.Sub(s.last).Round(time.Microsecond))
+	s.last = now
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/netip"
 
 	"github.com/moatsh/moat/internal/errdefs"
 )
@@ -36,9 +35,3 @@ func (*Manager) SetEgress(context.Context, string, Egress) error { return errOS 
 
 // Recover fails outside Linux.
 func (*Manager) Recover(context.Context, []string) error { return errOS }
-
-// HostNetworks fails outside Linux.
-func HostNetworks() ([]netip.Prefix, error) { return nil, errOS }
-
-// IsHostNetwork reports true outside Linux, where the host's networks cannot be read.
-func IsHostNetwork(netip.Addr) bool { return true }

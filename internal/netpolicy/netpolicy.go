@@ -93,7 +93,7 @@ func WithScope(table, ifPrefix string, subnet netip.Prefix) Option {
 }
 
 // WithDenyPrefixes closes more destinations to every sandbox, on top of the
-// host's own networks and gateways (see HostNetworks) and the fixed private
+// host's own networks and gateways (see package hostnet) and the fixed private
 // ranges; IPv4 and IPv6 prefixes are both accepted.
 func WithDenyPrefixes(ps []netip.Prefix) Option {
 	return func(o *options) { o.deny = append(o.deny, ps...) }

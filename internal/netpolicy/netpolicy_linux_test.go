@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -238,7 +237,7 @@ func TestIsolation(t *testing.T) {
 		}
 		assertGone(t, m, id)
 	}
-	if have, err := m.allowedIfs(); err != nil || len(have) != 0 {
+	if have, err := m.fw.AllowedIfs(); err != nil || len(have) != 0 {
 		t.Fatalf("allowed set = %v, %v", have, err)
 	}
 }
@@ -252,13 +251,11 @@ func assertGone(t *testing.T, m *Manager, id string) {
 	if _, err := netlink.LinkByName(m.o.hostIf(id)); err == nil {
 		t.Errorf("veth of %s still there", id)
 	}
-	if have, _ := m.allowedIfs(); have[m.o.hostIf(id)] {
+	if have, _ := m.fw.AllowedIfs(); have[m.o.hostIf(id)] {
 		t.Errorf("%s still in the allowed set", id)
 	}
-	if c, err := nftables.New(); err == nil {
-		if bound, err := m.readSandboxAddrs(c); err != nil || len(bound[m.o.hostIf(id)]) != 0 {
-			t.Errorf("%s still in set %s: %v, %v", id, sandboxAddrsSet, bound, err)
-		}
+	if bound, err := m.fw.BoundAddrs(); err != nil || len(bound[m.o.hostIf(id)]) != 0 {
+		t.Errorf("%s still in set sandbox_addrs: %v, %v", id, bound, err)
 	}
 	out, _ := exec.Command("ip", "netns", "list").Output()
 	if strings.Contains(string(out), id) {

@@ -2,7 +2,6 @@ package netpolicy
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
 	"testing"
 
@@ -152,29 +151,10 @@ func TestIPv6Derivation(t *testing.T) {
 	}
 }
 
-func TestMergeV6(t *testing.T) {
-	r := func(a, b string) addrRange { return addrRange{netip.MustParseAddr(a), netip.MustParseAddr(b)} }
-	tests := []struct {
-		name string
-		in   []netip.Prefix
-		want []addrRange
-	}{
-		{"IPv4 dropped", pfx("10.0.0.0/8", "2001:db8::1/128"), []addrRange{r("2001:db8::1", "2001:db8::1")}},
-		{"all", pfx("2001:db8::/32", "::/0"), []addrRange{r("::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")}},
-		{"adjacent and overlapping", pfx("2001:db8:1::/48", "2001:db8::/48", "2001:db8:0:1::/64", "2001:db8:3::/48"),
-			[]addrRange{r("2001:db8::", "2001:db8:1:ffff:ffff:ffff:ffff:ffff"), r("2001:db8:3::", "2001:db8:3:ffff:ffff:ffff:ffff:ffff")}},
+func pfx(ss ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := mergeV6(tc.in); fmt.Sprint(got) != fmt.Sprint(tc.want) {
-				t.Fatalf("%v, want %v", got, tc.want)
-			}
-		})
-	}
-	if got := withDenyAllV6(pfx("0.0.0.0/0")); len(got) != 2 || got[1] != denyAllV6 {
-		t.Errorf("deny 0.0.0.0/0 does not deny IPv6: %v", got)
-	}
-	if got := withDenyAllV6(pfx("0.0.0.0/1", "128.0.0.0/1")); len(got) != 2 {
-		t.Errorf("a narrower IPv4 deny changed: %v", got)
-	}
+	return out
 }

@@ -216,7 +216,8 @@ func TestDomainEgress(t *testing.T) {
 	}
 	t.Cleanup(func() { svc.Close() })
 	m := testManagerScope(t, "moattd", "td", "10.205.0.0/16", WithEgressProxy(EgressProxy{
-		DNSPort: svc.DNSPort(), ProxyPort: svc.ProxyPort(), Rules: svc.SetRules, UseBlocked: svc.UseBlocked}))
+		DNSPort: svc.DNSPort(), ProxyPort: svc.ProxyPort(), UseBlocked: svc.UseBlocked,
+		Rules: func(a netip.Addr, r ProxyRules) { svc.SetPolicy(a, egress.Policy{Domains: r.Domains}) }}))
 	id := testID(t)
 	deny := []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
 	if err := m.SetEgress(ctx, id, Egress{Deny: deny, Internet: true, Domains: []string{"api.allowed.test"}}); err != nil {

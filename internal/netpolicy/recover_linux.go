@@ -8,7 +8,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 )
 
@@ -44,7 +43,7 @@ func (m *Manager) Recover(ctx context.Context, live []string) error {
 	m.alloc = newAllocator(m.o.subnet)
 	m.internet = map[string]bool{}
 	m.mu.Unlock()
-	allowed, err := m.allowedIfs()
+	allowed, err := m.fw.AllowedIfs()
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -56,36 +55,18 @@ func (m *Manager) Recover(ctx context.Context, live []string) error {
 		id, ok := liveIf[name]
 		if !ok {
 			m.log.InfoContext(ctx, "removing orphaned veth", "if", name)
-			errs = append(errs, deleteLink(name), m.setAllowed(name, false), m.unbindAddrs(name), m.clearEgress(name))
+			errs = append(errs, deleteLink(name), m.fw.SetAllowed(name, false), m.fw.Unbind(name), m.fw.ClearEgress(name))
 			continue
 		}
 		errs = append(errs, m.adopt(id, l, allowed[name]))
 	}
 	for name := range allowed {
 		if _, ok := liveIf[name]; !ok && strings.HasPrefix(name, m.o.ifPrefix) {
-			errs = append(errs, m.setAllowed(name, false))
+			errs = append(errs, m.fw.SetAllowed(name, false))
 		}
 	}
-	errs = append(errs, m.unbindStale(liveIf), m.clearStaleEgress(liveIf))
-	return errors.Join(errs...)
-}
-
-// unbindStale removes the address bindings of every ifname not in live.
-func (m *Manager) unbindStale(live map[string]string) error {
-	c, err := nftables.New()
-	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
-	}
-	bound, err := m.readSandboxAddrs(c)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for name := range bound {
-		if _, ok := live[name]; !ok && strings.HasPrefix(name, m.o.ifPrefix) {
-			errs = append(errs, m.unbindAddrs(name))
-		}
-	}
+	isLive := func(ifname string) bool { _, ok := liveIf[ifname]; return ok }
+	errs = append(errs, m.fw.UnbindStale(isLive), m.fw.ClearStaleEgress(isLive))
 	return errors.Join(errs...)
 }
 
@@ -110,7 +91,7 @@ func (m *Manager) adopt(id string, l netlink.Link, internet bool) error {
 			if m.v6 {
 				sandbox6 = m.o.mapTo6(sandbox)
 			}
-			if err := m.bindAddr(l.Attrs().Name, sandbox, sandbox6); err != nil {
+			if err := m.fw.Bind(l.Attrs().Name, sandbox, sandbox6); err != nil {
 				return fmt.Errorf("sandbox %s: %w", id, err)
 			}
 			return nil

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/moatsh/moat/internal/netpolicy/firewall"
+	"github.com/moatsh/moat/internal/netpolicy/hostnet"
 )
 
 // uplink is a simulated upstream network in a netns of its own ("gateway"),
@@ -78,7 +81,7 @@ func (u *uplink) addr(ip string) string { return net.JoinHostPort(ip, fmt.Sprint
 // hostnetsRules is the hostnets chain of m's table as nft prints it.
 func hostnetsRules(t *testing.T, m *Manager) string {
 	t.Helper()
-	out, err := exec.Command("nft", "list", "chain", "inet", m.o.table, hostnetsChain).CombinedOutput()
+	out, err := exec.Command("nft", "list", "chain", "inet", m.o.table, firewall.HostnetsChain).CombinedOutput()
 	if err != nil {
 		t.Fatalf("nft list chain: %v\n%s", err, out)
 	}
@@ -183,7 +186,7 @@ func TestHostNetworksBlocked(t *testing.T) {
 	}
 
 	// A reinstalled table (ensureTable) keeps the current list.
-	if err := m.deleteTable(); err != nil {
+	if err := m.fw.Delete(); err != nil {
 		t.Fatal(err)
 	}
 	setup(m)
@@ -207,14 +210,14 @@ func TestHostNetworksBlocked(t *testing.T) {
 // interfaces outside m's sandboxes.
 func hostPrefixes(t *testing.T, m *Manager) []netip.Prefix {
 	t.Helper()
-	addrs, _, err := hostState()
+	addrs, _, err := hostnet.State()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []netip.Prefix
 	for _, a := range addrs {
-		if !m.isSandboxIf(a.ifname) {
-			out = append(out, a.prefix.Masked())
+		if !m.isSandboxIf(a.Ifname) {
+			out = append(out, a.Prefix.Masked())
 		}
 	}
 	return out

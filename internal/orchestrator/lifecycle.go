@@ -17,11 +17,11 @@ import (
 // Like Kill, every operation on one sandbox below takes the caller's team
 // and answers ErrNotFound for another team's sandbox, as for an unknown ID.
 func (o *Orchestrator) Kill(ctx context.Context, team, id string) error {
-	e, err := o.entryFor(team, id)
+	e, err := o.live.Lock(team, id)
 	if err != nil {
 		return err
 	}
-	defer e.op.Unlock()
+	defer e.Op.Unlock()
 	return o.killLocked(ctx, e, id)
 }
 
@@ -34,21 +34,25 @@ func (o *Orchestrator) killLocked(ctx context.Context, e *entry, id string) erro
 	if err := o.db.DeleteSandbox(ctx, id); err != nil {
 		return err
 	}
-	o.mu.Lock()
-	e.gone = true
-	delete(o.live, id)
-	o.mu.Unlock()
+	o.forgetLocked(e, id)
 	o.log.Info("sandbox killed", "sandboxID", id)
 	return nil
 }
 
+// forgetLocked removes e from the live sandboxes (unroutable, not found),
+// stops its timer and watch, and tells OnRemove's hook (the proxy closes
+// the sandbox's connections). Caller holds e.Op.
+func (o *Orchestrator) forgetLocked(e *entry, id string) {
+	o.live.Forget(e, id, func() { o.reaper.Untrack(id) })
+}
+
 // Pause freezes a running sandbox. ErrConflict when it is not running.
 func (o *Orchestrator) Pause(ctx context.Context, team, id string) error {
-	e, err := o.entryFor(team, id)
+	e, err := o.live.Lock(team, id)
 	if err != nil {
 		return err
 	}
-	defer e.op.Unlock()
+	defer e.Op.Unlock()
 	// The reaper's auto-pause skips admission: it must not turn into a kill
 	// because the server is busy.
 	release, err := o.admit(ctx, "pause", admission.Need{})
@@ -60,22 +64,20 @@ func (o *Orchestrator) Pause(ctx context.Context, team, id string) error {
 }
 
 func (o *Orchestrator) pauseLocked(ctx context.Context, e *entry) error {
-	sb := o.snapshot(e)
+	sb := o.live.Sandbox(e)
 	if sb.State != store.StateRunning {
-		return fmt.Errorf("sandbox %s cannot be paused while in '%s' state: %w", sb.ID, sb.State, errdefs.ErrConflict)
+		return errdefs.Publicf(errdefs.ErrConflict, "sandbox %s cannot be paused while in '%s' state", sb.ID, sb.State)
 	}
-	o.setState(ctx, e, store.StatePausing)
+	if err := o.commit(ctx, e, withState(sb, store.StatePausing)); err != nil {
+		return err
+	}
 	if err := o.rt.Pause(context.WithoutCancel(ctx), sb.ID); err != nil {
-		o.setState(ctx, e, store.StateRunning)
+		o.revert(ctx, e, sb)
 		return fmt.Errorf("pause sandbox %s: %w", sb.ID, err)
 	}
 	sb.State = store.StatePaused
-	sb.EndAt = time.Now().UTC()
-	if err := o.commit(ctx, e, sb); err != nil {
-		return err
-	}
-	o.log.Info("sandbox paused", "sandboxID", sb.ID)
-	return nil
+	sb.EndAt = o.clock.Now().UTC()
+	return o.commit(ctx, e, sb)
 }
 
 // Resume continues a paused sandbox with a new timeout. ErrConflict when it
@@ -84,17 +86,17 @@ func (o *Orchestrator) Resume(ctx context.Context, team, id string, timeout time
 	if err := o.checkTimeout(timeout); err != nil {
 		return store.Sandbox{}, err
 	}
-	e, err := o.entryFor(team, id)
+	e, err := o.live.Lock(team, id)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	defer e.op.Unlock()
-	sb := o.snapshot(e)
+	defer e.Op.Unlock()
+	sb := o.live.Sandbox(e)
 	if sb.State != store.StatePaused {
 		if sb.State == store.StateRunning {
-			return sb, fmt.Errorf("Sandbox %s is already running: %w", id, errdefs.ErrConflict)
+			return sb, errdefs.Publicf(errdefs.ErrConflict, "Sandbox %s is already running", id)
 		}
-		return sb, fmt.Errorf("sandbox %s cannot be resumed while in '%s' state: %w", id, sb.State, errdefs.ErrConflict)
+		return sb, errdefs.Publicf(errdefs.ErrConflict, "sandbox %s cannot be resumed while in '%s' state", id, sb.State)
 	}
 	return o.resumeLocked(ctx, e, sb, timeout)
 }
@@ -110,18 +112,18 @@ func (o *Orchestrator) resumeLocked(ctx context.Context, e *entry, sb store.Sand
 	if err := o.applyEgress(ctx, sb); err != nil {
 		return sb, fmt.Errorf("resume sandbox %s: %w", sb.ID, err)
 	}
-	o.setState(ctx, e, store.StateResuming)
+	if err := o.commit(ctx, e, withState(sb, store.StateResuming)); err != nil {
+		return sb, err
+	}
 	h, resumeErr := o.rt.Resume(context.WithoutCancel(ctx), sb.ID)
 	if resumeErr != nil && h == nil {
-		o.setState(ctx, e, store.StatePaused)
+		o.revert(ctx, e, sb)
 		return sb, fmt.Errorf("resume sandbox %s: %w", sb.ID, resumeErr)
 	}
 	// With an error and a handle the sandbox runs again, unhealthy: it is
-	// recorded as running; the liveness sweep or a kill takes it from here.
-	o.mu.Lock()
-	e.addr = h.Addr
-	e.gen++
-	o.mu.Unlock()
+	// recorded as running; the watch of its process or a kill takes it
+	// from here.
+	o.live.Moved(e, h.Addr)
 	sb.Addr = h.Addr.String()
 	if resumeErr == nil {
 		// envd's clock stood still while paused (a VM sets its clock from
@@ -129,7 +131,7 @@ func (o *Orchestrator) resumeLocked(ctx context.Context, e *entry, sb store.Sand
 		// so a failure here is not fatal.
 		tc, err := o.db.TemplateConfigOf(ctx, sb.TemplateID)
 		if err == nil {
-			err = o.initEnvd(ctx, h.Addr, sb, tc, sb.EnvdAccessToken)
+			err = o.envd.Init(ctx, h.Addr, sb, tc, sb.EnvdAccessToken)
 		}
 		if err != nil {
 			o.log.Warn("re-init envd after resume", "sandboxID", sb.ID, "err", err)
@@ -137,7 +139,7 @@ func (o *Orchestrator) resumeLocked(ctx context.Context, e *entry, sb store.Sand
 	}
 	// A resumed sandbox is a new run: its lifetime limit starts again.
 	sb.State = store.StateRunning
-	sb.StartedAt = time.Now().UTC()
+	sb.StartedAt = o.clock.Now().UTC()
 	sb.EndAt = o.capEnd(sb, sb.StartedAt.Add(timeout))
 	if err := o.commit(ctx, e, sb); err != nil {
 		return sb, err
@@ -146,7 +148,6 @@ func (o *Orchestrator) resumeLocked(ctx context.Context, e *entry, sb store.Sand
 		o.log.Error("resumed sandbox is not healthy", "sandboxID", sb.ID, "err", resumeErr)
 		return sb, fmt.Errorf("resume sandbox %s: %w", sb.ID, resumeErr)
 	}
-	o.log.Info("sandbox resumed", "sandboxID", sb.ID)
 	return sb, nil
 }
 
@@ -157,12 +158,12 @@ func (o *Orchestrator) resumeLocked(ctx context.Context, e *entry, sb store.Sand
 // Wake acts for no team: the proxy authorises sandbox traffic by the
 // sandbox's envd access token, not by API key.
 func (o *Orchestrator) Wake(ctx context.Context, id string) (Route, error) {
-	e, err := o.anyEntry(id)
+	e, err := o.live.LockAny(id)
 	if err != nil {
 		return Route{}, err
 	}
-	defer e.op.Unlock()
-	sb := o.snapshot(e)
+	defer e.Op.Unlock()
+	sb := o.live.Sandbox(e)
 	switch {
 	case sb.State == store.StatePaused && sb.AutoResume:
 		timeout := sb.Timeout
@@ -174,9 +175,9 @@ func (o *Orchestrator) Wake(ctx context.Context, id string) (Route, error) {
 		}
 		o.log.Info("sandbox auto-resumed by traffic", "sandboxID", id)
 	case sb.State != store.StateRunning:
-		return Route{}, fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrConflict)
+		return Route{}, errdefs.Publicf(errdefs.ErrConflict, "sandbox %s is %s", id, sb.State)
 	}
-	rt, ok := o.Lookup(id) // o.mu only: fine under e.op
+	rt, ok := o.Lookup(id) // the table's lock only: fine under e.Op
 	if !ok {
 		return Route{}, errNotFound(id)
 	}
@@ -189,12 +190,12 @@ func (o *Orchestrator) Connect(ctx context.Context, team, id string, timeout tim
 	if err := o.checkTimeout(timeout); err != nil {
 		return store.Sandbox{}, false, err
 	}
-	e, err := o.entryFor(team, id)
+	e, err := o.live.Lock(team, id)
 	if err != nil {
 		return store.Sandbox{}, false, err
 	}
-	defer e.op.Unlock()
-	sb = o.snapshot(e)
+	defer e.Op.Unlock()
+	sb = o.live.Sandbox(e)
 	switch sb.State {
 	case store.StateRunning:
 		sb, err = o.extendLocked(ctx, e, sb, timeout)
@@ -203,21 +204,21 @@ func (o *Orchestrator) Connect(ctx context.Context, team, id string, timeout tim
 		sb, err = o.resumeLocked(ctx, e, sb, timeout)
 		return sb, err == nil, err
 	default:
-		return sb, false, fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrConflict)
+		return sb, false, errdefs.Publicf(errdefs.ErrConflict, "sandbox %s is %s", id, sb.State)
 	}
 }
 
 // Refresh extends a running sandbox's timeout by d (at least 15 s).
 func (o *Orchestrator) Refresh(ctx context.Context, team, id string, d time.Duration) error {
 	d = max(d, 15*time.Second)
-	e, err := o.entryFor(team, id)
+	e, err := o.live.Lock(team, id)
 	if err != nil {
 		return err
 	}
-	defer e.op.Unlock()
-	sb := o.snapshot(e)
+	defer e.Op.Unlock()
+	sb := o.live.Sandbox(e)
 	if sb.State != store.StateRunning {
-		return fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrConflict)
+		return errdefs.Publicf(errdefs.ErrConflict, "sandbox %s is %s", id, sb.State)
 	}
 	_, err = o.extendLocked(ctx, e, sb, d)
 	return err
@@ -229,24 +230,24 @@ func (o *Orchestrator) SetTimeout(ctx context.Context, team, id string, d time.D
 	if err := o.checkTimeout(d); err != nil {
 		return err
 	}
-	e, err := o.entryFor(team, id)
+	e, err := o.live.Lock(team, id)
 	if err != nil {
 		return err
 	}
-	defer e.op.Unlock()
-	sb := o.snapshot(e)
+	defer e.Op.Unlock()
+	sb := o.live.Sandbox(e)
 	if sb.State != store.StateRunning {
-		return fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrConflict)
+		return errdefs.Publicf(errdefs.ErrConflict, "sandbox %s is %s", id, sb.State)
 	}
-	if time.Since(sb.StartedAt) >= o.cfg.MaxTimeout {
-		return fmt.Errorf("Max instance length exceeded: %w", errdefs.ErrInvalidArgument)
+	if o.clock.Now().Sub(sb.StartedAt) >= o.cfg.MaxTimeout {
+		return errdefs.Publicf(errdefs.ErrInvalidArgument, "Max instance length exceeded")
 	}
-	sb.EndAt = o.capEnd(sb, time.Now().Add(d))
+	sb.EndAt = o.capEnd(sb, o.clock.Now().Add(d))
 	return o.commit(ctx, e, sb)
 }
 
 func (o *Orchestrator) extendLocked(ctx context.Context, e *entry, sb store.Sandbox, d time.Duration) (store.Sandbox, error) {
-	end := o.capEnd(sb, time.Now().Add(d))
+	end := o.capEnd(sb, o.clock.Now().Add(d))
 	if !end.After(sb.EndAt) {
 		return sb, nil
 	}
@@ -263,16 +264,38 @@ func (o *Orchestrator) capEnd(sb store.Sandbox, end time.Time) time.Time {
 	return end.UTC()
 }
 
-// setState records a transition (pausing, resuming, or a revert after a
-// failure) in memory and in the store, so that getInfo and list agree while
-// it lasts. Caller holds e.op. A store error is logged: the state is
-// reconciled with the runtime's at the next start anyway.
-func (o *Orchestrator) setState(ctx context.Context, e *entry, st string) {
-	o.mu.Lock()
-	e.sb.State = st
-	sb := e.sb
-	o.mu.Unlock()
-	if err := o.db.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
-		o.log.Warn("record sandbox state", "sandboxID", sb.ID, "state", st, "err", err)
+// commit is the one transition function: it checks that sb.State may
+// follow e's state (store.State.CanBecome: the edges are there), persists sb, mirrors it in memory, logs a change of
+// state, and re-arms e's timeout timer and process watch (a running
+// sandbox has both, any other neither). A change of the end time or the
+// network policy is a commit in the same state. Caller holds e.Op.
+func (o *Orchestrator) commit(ctx context.Context, e *entry, sb store.Sandbox) error {
+	from := o.live.Sandbox(e).State
+	if !from.CanBecome(sb.State) {
+		return fmt.Errorf("sandbox %s cannot go from '%s' to '%s': %w", sb.ID, from, sb.State, errdefs.ErrConflict)
 	}
+	if err := o.db.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
+		return fmt.Errorf("record sandbox %s %s: %w", sb.ID, sb.State, err)
+	}
+	o.live.Set(e, sb)
+	if from != sb.State {
+		o.log.Info("sandbox "+string(sb.State), "sandboxID", sb.ID, "from", from)
+	}
+	o.track(e)
+	return nil
+}
+
+// revert commits sb (the record before a failed pause or resume) again; a
+// store error is logged: the state is reconciled with the runtime's at the
+// next start anyway.
+func (o *Orchestrator) revert(ctx context.Context, e *entry, sb store.Sandbox) {
+	if err := o.commit(ctx, e, sb); err != nil {
+		o.log.Warn("revert sandbox state", "sandboxID", sb.ID, "state", sb.State, "err", err)
+	}
+}
+
+// withState is sb in state st.
+func withState(sb store.Sandbox, st store.State) store.Sandbox {
+	sb.State = st
+	return sb
 }

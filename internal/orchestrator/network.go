@@ -2,29 +2,11 @@ package orchestrator
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/store"
 )
-
-// EgressSetter is implemented by runtimes whose sandboxes have a host-side
-// network policy (netpolicy.Manager.SetEgress): it replaces a sandbox's
-// egress policy at once when its network exists, else it is applied when
-// the network is set up (create, resume), before the sandbox's first packet.
-type EgressSetter interface {
-	SetEgress(ctx context.Context, id string, e netpolicy.Egress) error
-}
-
-// egressOf is the policy the host enforces for sb.
-func egressOf(sb store.Sandbox) (netpolicy.Egress, error) {
-	allow, deny, canon, _, err := netpolicy.ParseEgress(sb.Network.AllowOut, sb.Network.DenyOut)
-	if err != nil {
-		return netpolicy.Egress{}, err
-	}
-	return netpolicy.Egress{Allow: allow, Deny: deny, Internet: sb.AllowInternet, Domains: netpolicy.Domains(canon)}, nil
-}
 
 // CanonicalNetwork validates allowOut/denyOut and returns them in canonical
 // form (see netpolicy.ParseEgress). Errors are ErrInvalidArgument.
@@ -33,59 +15,50 @@ func CanonicalNetwork(allowOut, denyOut []string) (allow, deny []string, err err
 	return allow, deny, err
 }
 
-// applyEgress hands sb's policy to the runtime. A runtime without host-side
-// policy can only run sandboxes without allowOut/denyOut: anything else is
-// refused rather than ignored.
+// applyEgress hands sb's policy to its runtime (see
+// runtimeset.Set.ApplyEgress).
 func (o *Orchestrator) applyEgress(ctx context.Context, sb store.Sandbox) error {
-	eg, err := egressOf(sb)
-	if err != nil {
-		return err
-	}
-	rt, es, ok := o.egressSetter(sb.Runtime)
-	if !ok {
-		if len(sb.Network.AllowOut)+len(sb.Network.DenyOut) > 0 {
-			return fmt.Errorf("the %s runtime cannot enforce network allowOut/denyOut: %w", rt.Name(), errdefs.ErrNotImplemented)
-		}
-		return nil
-	}
-	if err := es.SetEgress(context.WithoutCancel(ctx), sb.ID, eg); err != nil {
-		return fmt.Errorf("sandbox %s: network policy: %w", sb.ID, err)
-	}
-	return nil
+	return o.rts.ApplyEgress(ctx, sb)
 }
 
 // NetworkUpdate is a PUT /sandboxes/{id}/network: it replaces allowOut and
 // denyOut (omitted = cleared, as in E2B) and, when AllowInternet is set,
 // allow_internet_access (omitted = unchanged: clearing it would mean its
 // default, true, which would open a sandbox created without internet).
+// Rules replace network.rules (validated; omitted = cleared).
 type NetworkUpdate struct {
 	AllowOut      []string
 	DenyOut       []string
 	AllowInternet *bool
+	Rules         []store.NetworkRule
 }
 
 // UpdateNetwork replaces the egress policy of one of team's running or
 // paused sandboxes. The host applies it before this returns (a paused
 // sandbox whose network is down gets it when it resumes); connections to
-// destinations that stay allowed are not interrupted.
+// destinations that stay allowed are not interrupted. A running sandbox
+// that gets header rules trusts the egress CA before they apply.
 func (o *Orchestrator) UpdateNetwork(ctx context.Context, team, id string, u NetworkUpdate) (store.Sandbox, error) {
 	allow, deny, err := CanonicalNetwork(u.AllowOut, u.DenyOut)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	e, err := o.entryFor(team, id)
+	e, err := o.live.Lock(team, id)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	defer e.op.Unlock()
-	old := o.snapshot(e)
+	defer e.Op.Unlock()
+	old := o.live.Sandbox(e)
 	if old.State != store.StateRunning && old.State != store.StatePaused {
-		return old, fmt.Errorf("sandbox %s is %s: %w", id, old.State, errdefs.ErrConflict)
+		return old, errdefs.Publicf(errdefs.ErrConflict, "sandbox %s is %s", id, old.State)
 	}
 	sb := old
-	sb.Network.AllowOut, sb.Network.DenyOut = allow, deny
+	sb.Network.AllowOut, sb.Network.DenyOut, sb.Network.Rules = allow, deny, u.Rules
 	if u.AllowInternet != nil {
 		sb.AllowInternet = *u.AllowInternet
+	}
+	if err := o.envd.TrustEgressCA(ctx, sb); err != nil {
+		return old, err
 	}
 	if err := o.applyEgress(ctx, sb); err != nil {
 		return old, err

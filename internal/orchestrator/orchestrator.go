@@ -2,8 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -14,6 +12,14 @@ import (
 
 	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/orchestrator/clock"
+	"github.com/moatsh/moat/internal/orchestrator/envdcall"
+	"github.com/moatsh/moat/internal/orchestrator/livetable"
+	"github.com/moatsh/moat/internal/orchestrator/reaper"
+	"github.com/moatsh/moat/internal/orchestrator/runtimeset"
+	"github.com/moatsh/moat/internal/orchestrator/sandboxspec"
+	"github.com/moatsh/moat/internal/orchestrator/usage"
+	"github.com/moatsh/moat/internal/orchestrator/warmpool"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/store"
 )
@@ -22,10 +28,9 @@ import (
 const (
 	DefaultTimeout      = 300 * time.Second
 	DefaultMaxTimeout   = 24 * time.Hour
-	DefaultVCPUs        = 2
-	DefaultMemoryMiB    = 512
-	DefaultPids         = 1024
-	DefaultDiskMiB      = 2048
+	DefaultVCPUs        = sandboxspec.DefaultVCPUs
+	DefaultMemoryMiB    = sandboxspec.DefaultMemoryMiB
+	DefaultDiskMiB      = sandboxspec.DefaultDiskMiB
 	DefaultEnvdPort     = 49983
 	DefaultReadyTimeout = 30 * time.Second
 	killTimeout         = 30 * time.Second
@@ -33,7 +38,7 @@ const (
 
 // Config is what the orchestrator needs: Store, and Runtime or Runtimes.
 type Config struct {
-	Store   *store.DB
+	Store   Store
 	Runtime runtime.Runtime
 	// Runtimes are several backends side by side (Runtime is then unset):
 	// the first is the default; a create picks another through its
@@ -50,8 +55,15 @@ type Config struct {
 	// once and refuses what the host has no room for; nil admits all.
 	Admission *admission.Controller
 
-	// Pools are the warm pools StartPools keeps filled (see pool.go).
+	// Pools are the warm pools StartPools keeps filled (see package warmpool).
 	Pools []PoolSpec
+	// EgressCA is the egress proxy's CA certificate (PEM), which sandboxes
+	// with network.rules headers trust; nil refuses such rules.
+	EgressCA []byte
+
+	// Clock is the time of timeouts (default the real one; tests inject a
+	// fake so that timeouts fire at once).
+	Clock clock.Clock
 
 	EnvdPort     int           // envd's port inside the sandbox (default 49983; tests change it)
 	ReadyTimeout time.Duration // how long Create waits for envd (default 30 s)
@@ -73,41 +85,31 @@ type CreateRequest struct {
 	// CIDR blocks; validated here).
 	AllowOut []string
 	DenyOut  []string
+	Rules    []store.NetworkRule // network.rules, validated (secrets.ParseRules, CheckReachable)
 	// PrivateTraffic (E2B's allowPublicTraffic: false) issues a traffic
 	// access token that the proxy then requires for the sandbox's ports.
 	PrivateTraffic bool
-}
-
-// Metric is one resource reading of a running sandbox.
-type Metric struct {
-	Time       time.Time
-	CPUCount   int
-	CPUUsedPct float64
-	MemUsed    uint64
-	MemTotal   uint64
-	MemCache   uint64
-	DiskUsed   uint64
-	DiskTotal  uint64
+	// Volumes to mount (the caller holds their host mounts for the
+	// sandbox's life; see volumes.go).
+	Volumes []VolumeMount
 }
 
 // Orchestrator is safe for concurrent use.
 type Orchestrator struct {
-	cfg  Config
-	db   *store.DB
-	rt   runtime.Runtime // rts: routes each call to the sandbox's backend
-	rts  *runtimeSet
-	log  *slog.Logger
-	http *http.Client
+	cfg   Config
+	db    Store
+	rt    runtime.Runtime // rts: routes each call to the sandbox's backend
+	rts   *runtimeset.Set
+	log   *slog.Logger
+	envd  *envdcall.Client
+	usage usage.Reader
 
-	mu   sync.RWMutex
-	live map[string]*entry // guarded by mu; only running/paused (and transitional) sandboxes
-	// creating counts the creates under way per template ID (guarded by
-	// mu), so that template garbage collection leaves their files alone.
-	creating map[string]int
+	live *livetable.Table // the live sandboxes
 
-	poolMu sync.Mutex
-	pools  []*pool // guarded by poolMu
-	poolWG sync.WaitGroup
+	pools *warmpool.Pools
+
+	clock  clock.Clock
+	reaper *reaper.Reaper // timers and process watches (see Run)
 
 	// snapUse is held shared by creates from a snapshot while the runtime
 	// copies it, and exclusively by DeleteSnapshot, so a delete waits for
@@ -115,26 +117,15 @@ type Orchestrator struct {
 	snapUse sync.RWMutex
 }
 
-// entry is one live sandbox.
-type entry struct {
-	op sync.Mutex // serialises lifecycle operations on this sandbox
-
-	// guarded by Orchestrator.mu
-	sb      store.Sandbox
-	addr    netip.Addr
-	gen     uint64 // resumes so far
-	gone    bool
-	reaping bool
-	lastCPU uint64
-	lastAt  time.Time
-}
+// entry is one live sandbox (see package livetable).
+type entry = livetable.Entry
 
 // New returns an orchestrator. Call Recover once, then run Run in a goroutine.
 func New(cfg Config) (*Orchestrator, error) {
 	if cfg.Store == nil || (cfg.Runtime == nil && len(cfg.Runtimes) == 0) {
-		return nil, fmt.Errorf("orchestrator: store and runtime are required: %w", errdefs.ErrInvalidArgument)
+		return nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "orchestrator: store and runtime are required")
 	}
-	rts, err := newRuntimeSet(append([]runtime.Runtime{cfg.Runtime}, cfg.Runtimes...))
+	rts, err := runtimeset.New(append([]runtime.Runtime{cfg.Runtime}, cfg.Runtimes...))
 	if err != nil {
 		return nil, err
 	}
@@ -153,8 +144,18 @@ func New(cfg Config) (*Orchestrator, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second}
 	}
-	return &Orchestrator{cfg: cfg, db: cfg.Store, rt: rts, rts: rts, log: cfg.Logger,
-		http: cfg.HTTPClient, live: map[string]*entry{}, creating: map[string]int{}}, nil
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	o := &Orchestrator{cfg: cfg, db: cfg.Store, rt: rts, rts: rts, log: cfg.Logger,
+		envd: &envdcall.Client{HTTP: cfg.HTTPClient, Port: cfg.EnvdPort, ReadyTimeout: cfg.ReadyTimeout, Log: cfg.Logger,
+			Waiter: rts, EgressCA: cfg.EgressCA},
+		live:  livetable.New(),
+		clock: cfg.Clock}
+	o.reaper = reaper.New(cfg.Clock, reaper.Hooks{Wait: rts.Wait, Expire: o.expire, Died: o.died})
+	o.usage = usage.Reader{Stats: rts.Stats, Disk: o.envd.Disk, Log: cfg.Logger}
+	o.pools = warmpool.New(poolSource{o}, cfg.Logger)
+	return o, nil
 }
 
 // MaxTimeout is the longest lifetime a sandbox may be given.
@@ -176,8 +177,8 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	if snap == nil {
-		if sb, ok := o.createPooled(ctx, req, tpl, store.Network{AllowOut: allowOut, DenyOut: denyOut}); ok {
+	if snap == nil && len(req.Volumes) == 0 { // pool members mount nothing
+		if sb, ok := o.createPooled(ctx, req, tpl, store.Network{AllowOut: allowOut, DenyOut: denyOut, Rules: req.Rules}); ok {
 			return sb, nil
 		}
 	}
@@ -190,10 +191,13 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 		current = snap.EnvdAccessToken
 		spec.Snapshot, spec.VCPUs, spec.MemoryMiB, spec.DiskMiB = snap.ID, snap.CPUCount, snap.MemoryMB, snap.DiskSizeMB
 		spec.Runtime = snap.Runtime
-		envVars = mergeEnv(snap.EnvVars, req.EnvVars)
+		envVars = envdcall.MergeEnv(snap.EnvVars, req.EnvVars)
 	}
-	sb := o.newSandbox(req, tpl, spec, envVars, store.Network{AllowOut: allowOut, DenyOut: denyOut})
-	defer o.holdTemplate(tpl.ID)()
+	sb := o.newSandbox(req, tpl, spec, envVars, store.Network{AllowOut: allowOut, DenyOut: denyOut, Rules: req.Rules})
+	if err := sandboxspec.AddVolumes(&spec, &sb, req.Volumes, o.rts.CheckVolumes); err != nil {
+		return store.Sandbox{}, err
+	}
+	defer o.live.HoldTemplate(tpl.ID)()
 	release, err := o.admit(ctx, "create", admission.Need{MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB})
 	if err != nil {
 		return store.Sandbox{}, err
@@ -226,25 +230,20 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	}
 	sb.Addr = h.Addr.String()
-	if err := o.initEnvd(ctx, h.Addr, sb, tc, current); err != nil {
+	if err := o.envd.Init(ctx, h.Addr, sb, tc, current); err != nil {
 		return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 	}
 	if snap == nil { // a snapshot's processes already run
-		if err := o.startTemplateCmd(ctx, h.Addr, sb, tc, tpl.RootfsDir); err != nil {
+		if err := o.envd.StartTemplateCmd(ctx, h.Addr, sb, tc, tpl.RootfsDir); err != nil {
 			return store.Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, err)
 		}
 	}
-	sb.StartedAt = time.Now().UTC()
+	sb.StartedAt = o.clock.Now().UTC()
 	sb.EndAt = sb.StartedAt.Add(req.Timeout)
-	if err := o.db.InsertSandbox(ctx, sb); err != nil {
+	if err := o.db.InsertSpawnedSandbox(ctx, sb); err != nil { // one commit: record and spawn count
 		return store.Sandbox{}, err
 	}
-	if err := o.db.MarkTemplateSpawned(ctx, tpl.ID, sb.StartedAt); err != nil {
-		log.Warn("spawn statistics", "err", err)
-	}
-	o.mu.Lock()
-	o.live[sb.ID] = &entry{sb: sb, addr: h.Addr}
-	o.mu.Unlock()
+	o.add(sb, h.Addr)
 	log.Info("sandbox created", "addr", sb.Addr, "runtime", sb.Runtime)
 	return sb, nil
 }
@@ -259,10 +258,10 @@ func (o *Orchestrator) newSandbox(req CreateRequest, tpl store.Template, spec ru
 		Timeout: req.Timeout, CPUCount: spec.VCPUs, MemoryMB: spec.MemoryMiB, DiskSizeMB: spec.DiskMiB,
 		Network: network}
 	if req.Secure {
-		sb.EnvdAccessToken = randomHex(32)
+		sb.EnvdAccessToken = sandboxspec.RandomHex(32)
 	}
 	if req.PrivateTraffic {
-		sb.Network.TrafficAccessToken = randomHex(32)
+		sb.Network.TrafficAccessToken = sandboxspec.RandomHex(32)
 	}
 	return sb
 }
@@ -277,7 +276,7 @@ func (o *Orchestrator) checkCreate(req CreateRequest) (allowOut, denyOut []strin
 	if err := o.checkTimeout(req.Timeout); err != nil {
 		return nil, nil, err
 	}
-	if err := checkEnvVars(req.EnvVars); err != nil {
+	if err := sandboxspec.CheckEnvVars(req.EnvVars); err != nil {
 		return nil, nil, err
 	}
 	return CanonicalNetwork(req.AllowOut, req.DenyOut)
@@ -292,7 +291,7 @@ func (o *Orchestrator) createRuntime(ctx context.Context, team string, spec runt
 		defer o.snapUse.RUnlock()
 		if _, err := o.db.GetSnapshot(ctx, team, spec.Snapshot); err != nil {
 			if errdefs.IsNotFound(err) {
-				err = fmt.Errorf("snapshot %s was deleted: %w", spec.Snapshot, errdefs.ErrNotFound)
+				err = errdefs.Publicf(errdefs.ErrNotFound, "snapshot %s was deleted", spec.Snapshot)
 			}
 			return nil, err
 		}
@@ -317,13 +316,12 @@ func (o *Orchestrator) source(ctx context.Context, team, ref string) (tpl store.
 	s, serr := o.db.GetSnapshot(ctx, team, ref)
 	if serr != nil {
 		if errdefs.IsNotFound(serr) {
-			return tpl, nil, fmt.Errorf("template '%s' not found: %w", ref, errdefs.ErrNotFound)
+			return tpl, nil, errdefs.Publicf(errdefs.ErrNotFound, "template '%s' not found", ref)
 		}
 		return tpl, nil, serr
 	}
-	if _, err := o.rts.named(s.Runtime); err != nil {
-		return tpl, nil, fmt.Errorf("snapshot %s was taken with the %s runtime; this server runs %s: %w",
-			s.ID, s.Runtime, strings.Join(o.rts.Names(), ", "), errdefs.ErrFailedPrecondition)
+	if _, err := o.rts.Named(s.Runtime); err != nil {
+		return tpl, nil, errdefs.Publicf(errdefs.ErrFailedPrecondition, "snapshot %s was taken with the %s runtime; this server runs %s", s.ID, s.Runtime, strings.Join(o.rts.Names(), ", "))
 	}
 	tpl, err = o.db.GetTemplate(ctx, s.TemplateID)
 	if err != nil {
@@ -335,76 +333,28 @@ func (o *Orchestrator) source(ctx context.Context, team, ref string) (tpl store.
 	return tpl, &s, nil
 }
 
-func mergeEnv(base, over map[string]string) map[string]string {
-	if len(base) == 0 {
-		return over
-	}
-	out := make(map[string]string, len(base)+len(over))
-	for k, v := range base {
-		out[k] = v
-	}
-	for k, v := range over {
-		out[k] = v
-	}
-	return out
+// checkTimeout reports whether d is a lifetime within (0, MaxTimeout].
+func (o *Orchestrator) checkTimeout(d time.Duration) error { return o.limits().CheckTimeout(d) }
+
+// limits are the configured ceilings.
+func (o *Orchestrator) limits() sandboxspec.Limits {
+	return sandboxspec.Limits{MaxTimeout: o.cfg.MaxTimeout, MaxVCPUs: o.cfg.MaxVCPUs,
+		MaxMemoryMiB: o.cfg.MaxMemoryMiB, MaxDiskMiB: o.cfg.MaxDiskMiB}
 }
 
-func (o *Orchestrator) checkTimeout(d time.Duration) error {
-	if d <= 0 {
-		return fmt.Errorf("Timeout must be greater than 0: %w", errdefs.ErrInvalidArgument)
-	}
-	if d > o.cfg.MaxTimeout {
-		return fmt.Errorf("Timeout cannot be greater than %s: %w", fmtHours(o.cfg.MaxTimeout), errdefs.ErrInvalidArgument)
-	}
-	return nil
-}
-
-func fmtHours(d time.Duration) string {
-	if d%time.Hour == 0 {
-		return fmt.Sprintf("%d hours", int(d/time.Hour))
-	}
-	return d.String()
-}
-
+// spec is the runtime.Spec of a new sandbox of tpl for req.
 func (o *Orchestrator) spec(tpl store.Template, req CreateRequest) (runtime.Spec, error) {
-	s := runtime.Spec{ID: "i" + randomID(20), TemplateID: tpl.ID, RootfsDir: tpl.RootfsDir,
-		VCPUs: DefaultVCPUs, MemoryMiB: DefaultMemoryMiB, DiskMiB: DefaultDiskMiB, Pids: DefaultPids,
-		AllowInternet: req.AllowInternet, Hostname: "e2b"}
-	var err error
-	if s.Runtime, err = o.chooseRuntime(tpl.Runtime, req.Metadata); err != nil {
-		return s, err
+	rt, err := o.chooseRuntime(tpl.Runtime, req.Metadata)
+	if err != nil {
+		return runtime.Spec{}, err
 	}
-	if tpl.CPUCount > 0 {
-		s.VCPUs = tpl.CPUCount
-	}
-	if tpl.MemoryMB > 0 {
-		s.MemoryMiB = tpl.MemoryMB
-	}
-	if tpl.DiskSizeMB > 0 {
-		s.DiskMiB = tpl.DiskSizeMB
-	}
-	for _, l := range []struct {
-		name     string
-		val, max int
-	}{{"cpuCount", s.VCPUs, o.cfg.MaxVCPUs}, {"memoryMB", s.MemoryMiB, o.cfg.MaxMemoryMiB}, {"diskSizeMB", s.DiskMiB, o.cfg.MaxDiskMiB}} {
-		if l.max > 0 && l.val > l.max {
-			return s, fmt.Errorf("template %s: %s %d exceeds the server maximum %d: %w",
-				tpl.Name, l.name, l.val, l.max, errdefs.ErrInvalidArgument)
-		}
-	}
-	return s, nil
+	return o.limits().Spec(tpl, rt, req.AllowInternet)
 }
 
 // Get returns one of team's live sandboxes; ErrNotFound when it is unknown,
 // killed, or another team's.
 func (o *Orchestrator) Get(ctx context.Context, team, id string) (store.Sandbox, error) {
-	o.mu.RLock()
-	defer o.mu.RUnlock()
-	e, ok := o.live[id]
-	if !ok || !e.ownedBy(team) {
-		return store.Sandbox{}, errNotFound(id)
-	}
-	return e.sb, nil
+	return o.live.Get(team, id)
 }
 
 // List returns team's sandboxes from the store; f.Team is overridden.
@@ -417,13 +367,13 @@ func (o *Orchestrator) List(ctx context.Context, team string, f store.SandboxFil
 }
 
 // errNoTeam is a programming error: a team-scoped call without a team.
-var errNoTeam = fmt.Errorf("orchestrator: no team given: %w", errdefs.ErrInvalidArgument)
+var errNoTeam = errdefs.Publicf(errdefs.ErrInvalidArgument, "orchestrator: no team given")
 
 // Route is where a sandbox's traffic goes right now (the proxy's view).
 type Route struct {
 	Addr       netip.Addr
 	Token      string // envd access token ("" = none)
-	State      string
+	State      store.State
 	AutoResume bool
 	Gen        uint64 // bumped by every resume: connections from before are stale
 	// TrafficToken, when set, must be sent as e2b-traffic-access-token to
@@ -434,98 +384,27 @@ type Route struct {
 // Lookup is the proxy's cheap route to a live sandbox; ok is false for
 // unknown sandboxes.
 func (o *Orchestrator) Lookup(id string) (Route, bool) {
-	o.mu.RLock()
-	defer o.mu.RUnlock()
-	e, found := o.live[id]
-	if !found || e.gone {
+	sb, addr, gen, ok := o.live.Route(id)
+	if !ok {
 		return Route{}, false
 	}
-	return Route{Addr: e.addr, Token: e.sb.EnvdAccessToken, State: e.sb.State, AutoResume: e.sb.AutoResume, Gen: e.gen,
-		TrafficToken: e.sb.Network.TrafficAccessToken}, true
+	return Route{Addr: addr, Token: sb.EnvdAccessToken, State: sb.State, AutoResume: sb.AutoResume, Gen: gen,
+		TrafficToken: sb.Network.TrafficAccessToken}, true
 }
 
-func errNotFound(id string) error {
-	return fmt.Errorf("Sandbox \"%s\" doesn't exist or you don't have access to it: %w", id, errdefs.ErrNotFound)
+func errNotFound(id string) error { return livetable.ErrNotFound(id) }
+
+// ErrSandboxNotFound is the error, of kind errdefs.ErrNotFound, for a
+// sandbox id that does not exist or belongs to another team; the REST
+// layer answers malformed IDs with it too.
+func ErrSandboxNotFound(id string) error {
+	return livetable.ErrNotFound(id)
 }
 
-// ownedBy reports whether team owns e. Caller holds Orchestrator.mu; a
-// team is never empty, so "" owns nothing.
-func (e *entry) ownedBy(team string) bool {
-	return team != "" && e.sb.Team == team
-}
-
-// entryFor returns team's live entry id with its op lock held; the caller
-// unlocks. Every team-scoped operation on one sandbox starts here: another
-// team's sandbox is not found, with the same error as an unknown ID.
-func (o *Orchestrator) entryFor(team, id string) (*entry, error) {
-	o.mu.RLock()
-	e, ok := o.live[id]
-	ok = ok && e.ownedBy(team)
-	o.mu.RUnlock()
-	if !ok {
-		return nil, errNotFound(id)
-	}
-	return o.lock(e, id)
-}
-
-// anyEntry is entryFor for callers not acting for a team: the proxy's
-// auto-resume, which is authorised by the sandbox's envd access token.
-func (o *Orchestrator) anyEntry(id string) (*entry, error) {
-	o.mu.RLock()
-	e, ok := o.live[id]
-	o.mu.RUnlock()
-	if !ok {
-		return nil, errNotFound(id)
-	}
-	return o.lock(e, id)
-}
-
-// lock takes e's op lock and checks that e was not removed meanwhile.
-func (o *Orchestrator) lock(e *entry, id string) (*entry, error) {
-	e.op.Lock()
-	o.mu.RLock()
-	gone := e.gone
-	o.mu.RUnlock()
-	if gone {
-		e.op.Unlock()
-		return nil, errNotFound(id)
-	}
-	return e, nil
-}
-
-// snapshot reads e's record under mu.
-func (o *Orchestrator) snapshot(e *entry) store.Sandbox {
-	o.mu.RLock()
-	defer o.mu.RUnlock()
-	return e.sb
-}
-
-// commit persists sb and mirrors it in memory. Caller holds e.op.
-func (o *Orchestrator) commit(ctx context.Context, e *entry, sb store.Sandbox) error {
-	if err := o.db.UpdateSandbox(context.WithoutCancel(ctx), sb); err != nil {
-		return err
-	}
-	o.mu.Lock()
-	e.sb = sb
-	o.mu.Unlock()
-	return nil
-}
-
-const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-
-func randomID(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
-	}
-	return string(b)
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+// add makes sb live (routable) and, once Run runs, tracks its timeout and
+// process.
+func (o *Orchestrator) add(sb store.Sandbox, addr netip.Addr) {
+	o.track(o.live.Add(sb, addr))
 }
 
 // admit asks the admission controller for a slot for op; without one every
@@ -541,17 +420,8 @@ func (o *Orchestrator) admit(ctx context.Context, op string, need admission.Need
 // running ones (a paused microVM holds none) and the disk of all, plus the
 // warm pools' members.
 func (o *Orchestrator) Reserved() admission.Need {
-	n := o.poolReserved()
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, e := range o.live {
-		if e.gone {
-			continue
-		}
-		if e.sb.State != store.StatePaused {
-			n.MemoryMiB += e.sb.MemoryMB
-		}
-		n.DiskMiB += e.sb.DiskSizeMB
-	}
+	n, m := o.pools.Reserved(), o.live.Reserved()
+	n.MemoryMiB += m.MemoryMiB
+	n.DiskMiB += m.DiskMiB
 	return n
 }

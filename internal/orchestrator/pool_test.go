@@ -47,6 +47,9 @@ func TestWarmPool(t *testing.T) {
 		if eg, _ := env.Runtime.Egress(id); eg.Internet {
 			t.Fatalf("warm member %s has internet", id)
 		}
+		if !env.Runtime.Background(id) {
+			t.Fatalf("warm member %s was not made in the background", id)
+		}
 	}
 
 	// A create takes one and applies the request to it.
@@ -62,6 +65,9 @@ func TestWarmPool(t *testing.T) {
 	}
 	if eg, _ := env.Runtime.Egress(sb.ID); !eg.Internet || len(eg.Deny) != 1 {
 		t.Fatalf("egress of the handed-out member: %+v", eg)
+	}
+	if env.Runtime.Background(sb.ID) {
+		t.Fatalf("handed-out member %s still has the background CPU weight", sb.ID)
 	}
 	if l, _ := env.Orch.List(ctx, team, store.SandboxFilter{}); len(l) != 1 || l[0].ID != sb.ID {
 		t.Fatalf("list after the hand-out: %+v", l)

@@ -86,3 +86,62 @@ func TestRuntimeChoice(t *testing.T) {
 		t.Fatalf("kill after recover: %v; other killed %v", err, other.Killed())
 	}
 }
+
+// TestRecoverLeavesOtherRuntimes: a server restarted without one of the
+// backends keeps the rows of that backend's live sandboxes (they still
+// run) without adopting them: the API answers ErrUnavailable for them,
+// the proxy does not route to them, and a later server with the backend
+// adopts them again.
+func TestRecoverLeavesOtherRuntimes(t *testing.T) {
+	ctx := context.Background()
+	other := &renamed{Runtime: orchestratortest.NewRuntime(t), name: "other"}
+	env := orchestratortest.New(t, orchestrator.Config{Runtimes: []runtime.Runtime{other}})
+	mine := create(t, env, orchestrator.CreateRequest{})
+	theirs := create(t, env, orchestrator.CreateRequest{Metadata: map[string]string{orchestrator.MetadataRuntime: "other"}})
+	restart := func(rts ...runtime.Runtime) *orchestrator.Orchestrator {
+		t.Helper()
+		o, err := orchestrator.New(orchestrator.Config{Store: env.DB, Runtimes: rts, EnvdPort: env.Runtime.EnvdPort})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Recover(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	o := restart(env.Runtime) // without "other"
+	if _, err := o.Get(ctx, team, mine.ID); err != nil {
+		t.Fatalf("own sandbox not adopted: %v", err)
+	}
+	if row, err := env.DB.GetSandbox(ctx, theirs.ID); err != nil || row.State != store.StateRunning || row.Runtime != "other" {
+		t.Fatalf("other runtime's row: %+v, %v; want it kept as running", row, err)
+	}
+	if _, ok := o.Lookup(theirs.ID); ok {
+		t.Error("other runtime's sandbox is routable")
+	}
+	for name, err := range map[string]error{
+		"get":  func() error { _, err := o.Get(ctx, team, theirs.ID); return err }(),
+		"kill": o.Kill(ctx, team, theirs.ID),
+	} {
+		if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "other runtime") {
+			t.Errorf("%s: %v; want ErrUnavailable naming the other runtime", name, err)
+		}
+	}
+	if _, err := o.Get(ctx, "another-team", theirs.ID); !errdefs.IsNotFound(err) {
+		t.Errorf("another team's get: %v; want ErrNotFound", err)
+	}
+	if got := o.Reserved().MemoryMiB; got != mine.MemoryMB+theirs.MemoryMB {
+		t.Errorf("reserved memory %d MiB; want both sandboxes' %d", got, mine.MemoryMB+theirs.MemoryMB)
+	}
+	if !o.TemplatesInUse()[theirs.TemplateID] {
+		t.Error("the other runtime's sandbox does not hold its template")
+	}
+	if slices.Contains(other.Killed(), theirs.ID) || other.State(theirs.ID) != "running" {
+		t.Fatalf("other runtime's sandbox was touched: killed %v, state %q", other.Killed(), other.State(theirs.ID))
+	}
+	// A server with the backend again adopts it.
+	o = restart(env.Runtime, other)
+	if got, err := o.Get(ctx, team, theirs.ID); err != nil || got.Runtime != "other" {
+		t.Fatalf("readopted: %+v, %v", got, err)
+	}
+}

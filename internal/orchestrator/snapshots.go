@@ -9,6 +9,7 @@ import (
 
 	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/orchestrator/sandboxspec"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/store"
 )
@@ -18,25 +19,30 @@ import (
 // sandbox keeps running. ErrNotImplemented when the runtime has none.
 // The snapshot belongs to team, whose sandbox id must be.
 func (o *Orchestrator) Snapshot(ctx context.Context, team, id, name string) (store.Snapshot, error) {
+	// An unknown sandbox is 404 whatever the runtime can do, as on every
+	// other sandbox route.
+	e, err := o.live.Lock(team, id)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	defer e.Op.Unlock()
 	sn, err := o.snapshotter()
 	if err != nil {
 		return store.Snapshot{}, err
 	}
 	if name != "" {
 		if _, err := o.db.GetSnapshot(ctx, team, name); err == nil {
-			return store.Snapshot{}, fmt.Errorf("snapshot %q already exists: %w", name, errdefs.ErrConflict)
+			return store.Snapshot{}, errdefs.Publicf(errdefs.ErrConflict, "snapshot %q already exists", name)
 		}
 	}
-	e, err := o.entryFor(team, id)
-	if err != nil {
+	sb := o.live.Sandbox(e)
+	if sb.State != store.StateRunning {
+		return store.Snapshot{}, errdefs.Publicf(errdefs.ErrConflict, "sandbox %s cannot be snapshotted while in '%s' state", id, sb.State)
+	}
+	if err := sandboxspec.CheckSnapshotVolumes(sb); err != nil {
 		return store.Snapshot{}, err
 	}
-	defer e.op.Unlock()
-	sb := o.snapshot(e)
-	if sb.State != store.StateRunning {
-		return store.Snapshot{}, fmt.Errorf("sandbox %s cannot be snapshotted while in '%s' state: %w", id, sb.State, errdefs.ErrConflict)
-	}
-	snap := store.Snapshot{ID: "snap" + randomID(16), Team: sb.Team, Name: name, SandboxID: id, TemplateID: sb.TemplateID,
+	snap := store.Snapshot{ID: "snap" + sandboxspec.RandomID(16), Team: sb.Team, Name: name, SandboxID: id, TemplateID: sb.TemplateID,
 		Alias: sb.Alias, Runtime: sb.Runtime, CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
 		DiskSizeMB: sb.DiskSizeMB, EnvVars: sb.EnvVars, EnvdAccessToken: sb.EnvdAccessToken}
 	release, err := o.admit(ctx, "snapshot", admission.Need{})
@@ -54,7 +60,7 @@ func (o *Orchestrator) Snapshot(ctx context.Context, team, id, name string) (sto
 			o.log.Error("remove unrecorded snapshot", "snapshotID", snap.ID, "err", derr)
 		}
 		if errors.Is(err, errdefs.ErrAlreadyExists) {
-			return store.Snapshot{}, fmt.Errorf("snapshot %q already exists: %w", name, errdefs.ErrConflict)
+			return store.Snapshot{}, errdefs.Publicf(errdefs.ErrConflict, "snapshot %q already exists", name)
 		}
 		return store.Snapshot{}, err
 	}
@@ -66,12 +72,11 @@ func (o *Orchestrator) Snapshot(ctx context.Context, team, id, name string) (sto
 // when one of them takes snapshots.
 func (o *Orchestrator) snapshotter() (runtime.Snapshotter, error) {
 	for _, n := range o.rts.Names() {
-		if o.rts.snapshotter(n) {
+		if o.rts.Snapshots(n) {
 			return o.rts, nil
 		}
 	}
-	return nil, fmt.Errorf("the %s runtime cannot snapshot sandboxes (use the vm runtime): %w",
-		o.rt.Name(), errdefs.ErrNotImplemented)
+	return nil, errdefs.Publicf(errdefs.ErrNotImplemented, "the %s runtime cannot snapshot sandboxes (use the vm runtime)", o.rt.Name())
 }
 
 // ListSnapshots returns team's snapshots newest first; f.Team is overridden.
@@ -130,7 +135,7 @@ type ForkResult struct {
 // could be attempted.
 func (o *Orchestrator) Fork(ctx context.Context, team, id string, count int, timeout time.Duration) ([]ForkResult, error) {
 	if count < 1 || count > MaxForks {
-		return nil, fmt.Errorf("count must be between 1 and %d: %w", MaxForks, errdefs.ErrInvalidArgument)
+		return nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "count must be between 1 and %d", MaxForks)
 	}
 	if err := o.checkTimeout(timeout); err != nil {
 		return nil, err
@@ -150,7 +155,8 @@ func (o *Orchestrator) Fork(ctx context.Context, team, id string, count int, tim
 	}()
 	req := CreateRequest{Team: team, Template: snap.ID, Timeout: timeout, Metadata: src.Metadata, Secure: src.Secure,
 		AllowInternet: src.AllowInternet, AutoPause: src.AutoPause, AutoResume: src.AutoResume,
-		AllowOut: src.Network.AllowOut, DenyOut: src.Network.DenyOut, PrivateTraffic: src.Network.TrafficAccessToken != ""}
+		AllowOut: src.Network.AllowOut, DenyOut: src.Network.DenyOut, Rules: src.Network.Rules,
+		PrivateTraffic: src.Network.TrafficAccessToken != ""}
 	out := make([]ForkResult, count)
 	sem := make(chan struct{}, forkParallel)
 	var wg sync.WaitGroup

@@ -220,3 +220,21 @@ func TestDeleteSnapshotWaitsForCreates(t *testing.T) {
 		t.Fatalf("create after delete: %v", err)
 	}
 }
+
+// TestSnapshotWithVolumesRefused: a sandbox that mounts volumes cannot be
+// snapshotted or forked (400), and keeps running.
+func TestSnapshotWithVolumesRefused(t *testing.T) {
+	ctx := context.Background()
+	env := orchestratortest.New(t, orchestrator.Config{})
+	src := create(t, env, orchestrator.CreateRequest{Volumes: []orchestrator.VolumeMount{
+		{VolumeMount: store.VolumeMount{VolumeID: "vol1", Name: "data", Path: "/data"}, Source: "/nonexistent"}}})
+	if _, err := env.Orch.Snapshot(ctx, team, src.ID, ""); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("snapshot of a sandbox with volumes: %v, want invalid argument", err)
+	}
+	if _, err := env.Orch.Fork(ctx, team, src.ID, 1, time.Minute); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("fork of a sandbox with volumes: %v, want invalid argument", err)
+	}
+	if sb, err := env.Orch.Get(ctx, team, src.ID); err != nil || sb.State != store.StateRunning {
+		t.Fatalf("source after the refusals: %+v, %v", sb, err)
+	}
+}

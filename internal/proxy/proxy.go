@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/errdefs/errhttp"
 )
 
@@ -63,9 +64,10 @@ type Config struct {
 
 // Proxy is an http.Handler.
 type Proxy struct {
-	cfg Config
-	log *slog.Logger
-	rp  *httputil.ReverseProxy
+	cfg  Config
+	log  *slog.Logger
+	rp   *httputil.ReverseProxy
+	open openSet // requests in flight and upstream connections, per sandbox
 }
 
 // envdInternal are envd paths only the orchestrator may call.
@@ -90,7 +92,11 @@ func New(cfg Config) *Proxy {
 			if !ok {
 				return nil, errors.New("proxy: dial without a sandbox route")
 			}
-			return dialer.DialContext(ctx, network, t.hostPort())
+			c, err := dialer.DialContext(ctx, network, t.hostPort())
+			if err != nil {
+				return nil, err
+			}
+			return p.open.track(t.id, c), nil
 		},
 		MaxIdleConns:          1000,
 		MaxIdleConnsPerHost:   100,
@@ -109,6 +115,8 @@ func New(cfg Config) *Proxy {
 			pr.Out.Header.Del(HeaderTrafficToken)
 		},
 		ErrorHandler: p.proxyError,
+		// A stream cut by CloseSandbox or a client going away is routine.
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
 	return p
 }
@@ -138,6 +146,17 @@ var idRE = regexp.MustCompile(`^[a-z0-9]+$`)
 
 // ParseHost parses "{port}-{id}[-{clientID}].{domain}[:{listenPort}]".
 func ParseHost(host, domain string) (port int, id string, ok bool) {
+	port, id, ok = parseHost(host, domain)
+	if !ok || !idRE.MatchString(id) {
+		return 0, "", false
+	}
+	return port, id, true
+}
+
+// parseHost is ParseHost without the check of the ID: a host shaped like
+// sandbox traffic whose ID is malformed is still sandbox traffic, answered
+// like an unknown sandbox.
+func parseHost(host, domain string) (port int, id string, ok bool) {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
@@ -150,7 +169,7 @@ func ParseHost(host, domain string) (port int, id string, ok bool) {
 		return 0, "", false
 	}
 	port, err := strconv.Atoi(parts[0])
-	if err != nil || port < 1 || port > 65535 || !idRE.MatchString(parts[1]) {
+	if err != nil || port < 1 || port > 65535 || parts[1] == "" {
 		return 0, "", false
 	}
 	return port, parts[1], true
@@ -161,7 +180,7 @@ func (p *Proxy) Match(r *http.Request) bool {
 	if r.Header.Get(HeaderSandboxID) != "" || r.Header.Get(HeaderSandboxPort) != "" {
 		return true
 	}
-	_, _, ok := ParseHost(r.Host, p.cfg.Domain)
+	_, _, ok := parseHost(r.Host, p.cfg.Domain)
 	return ok
 }
 
@@ -170,12 +189,22 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if !idRE.MatchString(id) {
+		// A malformed ID is answered like an unknown one; it is never
+		// looked up, so it can reach nothing that names a host object.
+		writeNotFound(w, id)
+		return
+	}
+	// Followed before the lookup: a removal after it ends this request
+	// (CloseSandbox), one before it makes the lookup fail.
+	r, unfollow := p.follow(w, r, id)
+	defer unfollow()
 	t, found := p.cfg.Resolver.Lookup(id)
 	// Checked before an auto-resume: traffic without the token must not
 	// even wake the sandbox.
 	if found && port != p.cfg.EnvdPort && t.TrafficToken != "" &&
 		subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderTrafficToken)), []byte(t.TrafficToken)) != 1 {
-		errhttp.Write(w, http.StatusForbidden, "this sandbox's traffic needs a valid "+HeaderTrafficToken+" header")
+		errhttp.WriteError(w, errdefs.Public(errdefs.ErrPermissionDenied, "this sandbox's traffic needs a valid "+HeaderTrafficToken+" header"))
 		return
 	}
 	if found && t.State != "running" && t.AutoResume {
@@ -187,18 +216,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !found || t.State != "running" {
-		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "The sandbox was not found", "code": 502})
+		writeNotFound(w, id)
 		return
 	}
 	token := t.Token
 	if port == p.cfg.EnvdPort {
 		if envdInternal[r.URL.Path] {
-			errhttp.Write(w, http.StatusNotFound, "not found")
+			errhttp.WriteError(w, errdefs.ErrNotFound)
 			return
 		}
 		if token != "" && r.URL.Path != "/files" && r.URL.Path != "/health" &&
 			subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderAccessToken)), []byte(token)) != 1 {
-			errhttp.Write(w, http.StatusUnauthorized, "invalid access token")
+			errhttp.WriteError(w, errdefs.Public(errdefs.ErrUnauthenticated, "invalid access token"))
 			return
 		}
 	}
@@ -210,31 +239,35 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.rp.ServeHTTP(w, r)
 }
 
-// parse finds the sandbox and port, writing a 400 when the headers are bad.
+// parse finds the sandbox and port, writing a 400 when the headers are
+// bad. The ID it returns may be malformed.
 func (p *Proxy) parse(w http.ResponseWriter, r *http.Request) (string, int, bool) {
 	hid, hport := r.Header.Get(HeaderSandboxID), r.Header.Get(HeaderSandboxPort)
 	if hid == "" && hport == "" {
-		port, id, ok := ParseHost(r.Host, p.cfg.Domain)
+		port, id, ok := parseHost(r.Host, p.cfg.Domain)
 		if !ok {
-			errhttp.Write(w, http.StatusBadRequest, "cannot route: no sandbox in headers or host")
+			errhttp.WriteError(w, errdefs.Public(errdefs.ErrInvalidArgument, "cannot route: no sandbox in headers or host"))
 		}
 		return id, port, ok
 	}
 	if hid == "" || hport == "" {
-		errhttp.Write(w, http.StatusBadRequest, "both E2b-Sandbox-Id and E2b-Sandbox-Port headers are required")
+		errhttp.WriteError(w, errdefs.Public(errdefs.ErrInvalidArgument, "both E2b-Sandbox-Id and E2b-Sandbox-Port headers are required"))
 		return "", 0, false
 	}
 	port, err := strconv.Atoi(hport)
 	if err != nil || port < 1 || port > 65535 {
-		errhttp.Write(w, http.StatusBadRequest, "invalid E2b-Sandbox-Port header")
+		errhttp.WriteError(w, errdefs.Public(errdefs.ErrInvalidArgument, "invalid E2b-Sandbox-Port header"))
 		return "", 0, false
 	}
 	id, _, _ := strings.Cut(hid, "-")
-	if !idRE.MatchString(id) {
-		errhttp.Write(w, http.StatusBadRequest, "invalid E2b-Sandbox-Id header")
-		return "", 0, false
-	}
 	return id, port, true
+}
+
+// writeNotFound is E2B's answer for a sandbox that does not run (unknown,
+// gone, paused, or an ID that is not well formed): 502, which the SDKs
+// read as "the sandbox timed out or was killed".
+func writeNotFound(w http.ResponseWriter, id string) {
+	writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "The sandbox was not found", "code": 502})
 }
 
 func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
@@ -244,16 +277,21 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 			"message": "The sandbox is running but port is not open", "port": t.port, "code": 502})
 		return
 	}
+	if errors.Is(context.Cause(r.Context()), errSandboxRemoved) {
+		writeNotFound(w, t.id)
+		return
+	}
 	if r.Context().Err() != nil {
 		return // client went away
 	}
 	p.log.Warn("proxy error", "sandboxID", t.id, "port", t.port, "err", err)
 	if _, ok := p.cfg.Resolver.Lookup(t.id); !ok {
-		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": t.id, "message": "The sandbox was not found", "code": 502})
+		writeNotFound(w, t.id)
 		return
 	}
+	// err names the sandbox's address: it stays in the log.
 	writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": t.id,
-		"message": "Error proxying request to sandbox: " + err.Error(), "port": t.port, "code": 502})
+		"message": "Error proxying request to sandbox", "port": t.port, "code": 502})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) { errhttp.WriteJSON(w, status, v) }

@@ -106,6 +106,16 @@ func send(t *testing.T, h http.Handler, req *http.Request) result {
 	return r
 }
 
+// notFound checks the body of E2B's answer for a sandbox that does not run.
+func notFound(id string) func(*testing.T, result) {
+	return func(t *testing.T, r result) {
+		t.Helper()
+		if r.body["sandboxId"] != id || r.body["message"] != "The sandbox was not found" || r.body["code"] != 502.0 {
+			t.Fatalf("body %v", r.body)
+		}
+	}
+}
+
 func TestProxy(t *testing.T) {
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-API-KEY") != "" {
@@ -135,6 +145,8 @@ func TestProxy(t *testing.T) {
 	}
 	byHost := httptest.NewRequest("GET", "/x?y=1", nil)
 	byHost.Host = strconv.Itoa(bport) + "-iopen-6532622b.moat.test:3000"
+	byBadHost := httptest.NewRequest("GET", "/health", nil)
+	byBadHost.Host = strconv.Itoa(bport) + "-i_x.moat.test:3000"
 	onlyID := httptest.NewRequest("GET", "/", nil)
 	onlyID.Header.Set(HeaderSandboxID, "iopen")
 	badPort := hdr("GET", "/", "iopen", 1, "")
@@ -179,7 +191,13 @@ func TestProxy(t *testing.T) {
 		{"token not needed on other ports", hdr("GET", "/", "isecure", closed, ""), 502, nil},
 		{"only id header", onlyID, 400, nil},
 		{"bad port header", badPort, 400, nil},
-		{"bad id header", hdr("GET", "/", "I-N-V", bport, ""), 400, nil},
+		// A malformed ID is answered exactly like an unknown one.
+		{"bad id header", hdr("GET", "/", "I-N-V", bport, ""), 502, notFound("I")},
+		{"path-escaping id header", hdr("GET", "/health", "../etc", bport, ""), 502, notFound("../etc")},
+		{"bad id in host", byBadHost, 502, notFound("i_x")},
+	}
+	if !p.Match(byBadHost) {
+		t.Fatal("a host shaped like sandbox traffic must be sandbox traffic")
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

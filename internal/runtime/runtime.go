@@ -37,6 +37,34 @@ type Spec struct {
 	// Runtime names the backend to create on when one server runs several
 	// (the orchestrator routes by it; "" = the default). Backends ignore it.
 	Runtime string
+
+	// Volumes are host directories (mounted volumes, see package volume)
+	// to mount read-write in the sandbox; only backends that are
+	// VolumeMounters get any.
+	Volumes []VolumeMount
+
+	// Background marks a warm-pool member that is not handed out yet: a
+	// Foregrounder gives its processes the lowest CPU weight until
+	// Foreground, so making it never slows the sandboxes in use. Other
+	// backends ignore it.
+	Background bool
+}
+
+// Foregrounder is implemented by backends that honour Spec.Background.
+type Foregrounder interface {
+	// Foreground gives sandbox id the normal CPU weight (idempotent).
+	Foreground(ctx context.Context, id string) error
+}
+
+// VolumeMount mounts host directory Source at Target in the sandbox.
+type VolumeMount struct {
+	Source string // absolute host path
+	Target string // absolute, clean path in the sandbox
+}
+
+// VolumeMounter is implemented by backends that mount Spec.Volumes.
+type VolumeMounter interface {
+	MountsVolumes() bool
 }
 
 // Handle is a running sandbox as a backend sees it.
@@ -92,6 +120,30 @@ type Stats struct {
 	Time        time.Time
 }
 
+// ExitStatus is how a sandbox's process ended.
+type ExitStatus struct {
+	// Code is the exit code, -1 when a signal ended it or when it is
+	// unknown (a process this server did not start: its parent reaps it).
+	Code int
+	// Signal is the signal that killed it (0 when none or unknown).
+	Signal int
+	// OOMKilled: the kernel's OOM killer killed a process of the sandbox.
+	OOMKilled bool
+}
+
+// String says the status in a word or two ("exit 0", "signal 9", "oom").
+func (s ExitStatus) String() string {
+	switch {
+	case s.OOMKilled:
+		return "oom"
+	case s.Signal != 0:
+		return fmt.Sprintf("signal %d", s.Signal)
+	case s.Code >= 0:
+		return fmt.Sprintf("exit %d", s.Code)
+	}
+	return "exited"
+}
+
 // Runtime is implemented by every isolation backend. All methods are safe for
 // concurrent use with different IDs.
 type Runtime interface {
@@ -116,8 +168,13 @@ type Runtime interface {
 	Resume(ctx context.Context, id string) (*Handle, error)
 	// Stats reads resource usage.
 	Stats(ctx context.Context, id string) (Stats, error)
-	// Alive reports whether the sandbox's processes still exist.
-	Alive(ctx context.Context, id string) bool
+	// Wait blocks until the sandbox's process (a container's init, a VM's
+	// QEMU) exits, and says how. It returns at once, with an
+	// errdefs.ErrNotFound error, for a sandbox that has no process (unknown,
+	// killed, or paused to disk); ctx.Err() when ctx ends first. A pause to
+	// disk ends the wait too, so callers check their own view of the
+	// sandbox's state before calling its end a death.
+	Wait(ctx context.Context, id string) (ExitStatus, error)
 	// Recover is called at server start with the IDs the store believes are
 	// live (running or paused): it returns handles for those it still has,
 	// running or paused (Handle.Paused), and removes every host object of
@@ -135,6 +192,22 @@ type Config struct {
 	// Shared is what backends in the same server process share (one
 	// network manager); nil when a backend runs alone.
 	Shared *Shared
+	// Backends are the operator's settings of each backend (cmd/moat
+	// reads them from flags and MOAT_* variables; no backend reads the
+	// environment). Zero values are the defaults.
+	Backends Backends
+}
+
+// Backends are the per-backend settings of a server.
+type Backends struct {
+	OCIRuntime     string   // container (and microVM template builds): "runc" or "crun" ("" = crun if it works, else runc)
+	Runsc          string   // gvisor: the runsc binary ("" = runsc on PATH)
+	GVisorPlatform string   // gvisor: runsc --platform ("" = runsc's default, systrap)
+	GVisorNetwork  string   // gvisor: runsc --network ("" = sandbox: gVisor's netstack)
+	GVisorFlags    []string // gvisor: more runsc flags (e.g. debug logs)
+	VMAccel        string   // vm: "auto", "kvm" or "tcg" ("" = auto)
+	VMInit         string   // vm: the moat-vminit binary ("" = next to the running executable, else on PATH)
+	VMNFSD         string   // vm: the moat-nfsd binary that serves volumes ("" = next to the running executable, else on PATH)
 }
 
 var (

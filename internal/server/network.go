@@ -2,54 +2,49 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 
+	"github.com/moatsh/moat/api/rest"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/orchestrator"
+	"github.com/moatsh/moat/internal/server/secretapi"
 	"github.com/moatsh/moat/internal/store"
 )
 
-// networkJSON is E2B's SandboxNetworkConfig as NewSandbox carries it.
-// Moat enforces allowOut/denyOut (IPs and CIDR blocks) on the host and
-// allowPublicTraffic (a traffic access token the proxy requires); every
-// other field changes security or routing and is refused with 400 when
-// set, never ignored; so is any field this server does not know.
-type networkJSON struct {
-	AllowOut           []string        `json:"allowOut"`
-	DenyOut            []string        `json:"denyOut"`
-	AllowPublicTraffic *bool           `json:"allowPublicTraffic"`
-	MaskRequestHost    *string         `json:"maskRequestHost"`
-	EgressProxy        json.RawMessage `json:"egressProxy"`
-	HTTPSPorts         json.RawMessage `json:"httpsPorts"`
-	Rules              json.RawMessage `json:"rules"`
+// networkCreate is E2B's SandboxNetworkConfig as NewSandbox carries it,
+// with httpsPorts (sent by SDKs of other E2B API versions). Moat enforces
+// allowOut/denyOut (IPs and CIDR blocks) on the host and allowPublicTraffic
+// (a traffic access token the proxy requires); every other field changes
+// security or routing and is refused with 400 when set, never ignored; so
+// is any field this server does not know.
+type networkCreate struct {
+	rest.SandboxNetworkConfig
+	HTTPSPorts json.RawMessage `json:"httpsPorts"`
 }
 
-// networkUpdateJSON is SandboxNetworkUpdateConfig (PUT
-// /sandboxes/{id}/network), with the fields older E2B servers also took.
-type networkUpdateJSON struct {
-	AllowInternetAccess *bool           `json:"allow_internet_access"`
-	AllowOut            []string        `json:"allowOut"`
-	DenyOut             []string        `json:"denyOut"`
-	EgressProxy         json.RawMessage `json:"egressProxy"`
-	Rules               json.RawMessage `json:"rules"`
-	MaskRequestHost     *string         `json:"maskRequestHost"`
-	AllowIn             json.RawMessage `json:"allowIn"`
-	DenyIn              json.RawMessage `json:"denyIn"`
+// networkUpdate is SandboxNetworkUpdateConfig (PUT /sandboxes/{id}/network)
+// with the fields older E2B servers also took.
+type networkUpdate struct {
+	rest.SandboxNetworkUpdateConfig
+	MaskRequestHost *string         `json:"maskRequestHost"`
+	AllowIn         json.RawMessage `json:"allowIn"`
+	DenyIn          json.RawMessage `json:"denyIn"`
 }
 
-// networkOut is the network object of SandboxDetail.
-type networkOut struct {
-	AllowOut           []string `json:"allowOut,omitempty"`
-	DenyOut            []string `json:"denyOut,omitempty"`
-	AllowPublicTraffic bool     `json:"allowPublicTraffic"`
+// toNetworkOut is the network object of SandboxDetail.
+func toNetworkOut(n store.Network) *rest.SandboxNetworkConfig {
+	public := n.TrafficAccessToken == ""
+	return &rest.SandboxNetworkConfig{AllowOut: n.AllowOut, DenyOut: n.DenyOut, AllowPublicTraffic: &public,
+		Rules: secretapi.RulesOut(n.Rules)}
 }
 
-func toNetworkOut(n store.Network) *networkOut {
-	return &networkOut{AllowOut: n.AllowOut, DenyOut: n.DenyOut, AllowPublicTraffic: n.TrafficAccessToken == ""}
+// proxySet reports whether an egressProxy was given (an empty object is not).
+func proxySet(p *rest.SandboxEgressProxyConfig) bool {
+	return p != nil && *p != (rest.SandboxEgressProxyConfig{})
 }
 
 // unset reports whether an optional JSON value is absent, null or empty.
@@ -62,7 +57,7 @@ func unset(raw json.RawMessage) bool {
 }
 
 func errUnsupported(field string) error {
-	return fmt.Errorf("%s is not supported by this server: %w", field, errdefs.ErrInvalidArgument)
+	return errdefs.Publicf(errdefs.ErrInvalidArgument, "%s is not supported by this server", field)
 }
 
 // decodeStrict decodes one JSON value from raw, refusing unknown fields
@@ -73,33 +68,35 @@ func decodeStrict(raw []byte, v any, what string) error {
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return fmt.Errorf("invalid request body: field %q must be %s, not %s: %w", what+te.Field, te.Type, te.Value, errdefs.ErrInvalidArgument)
+			return errdefs.Publicf(errdefs.ErrInvalidArgument, "invalid request body: field %q must be %s, not %s", what+te.Field, te.Type, te.Value)
 		}
-		return fmt.Errorf("invalid %s: %v: %w", what, err, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf(errdefs.ErrInvalidArgument, "invalid %s: %v", what, err)
 	}
 	return nil
 }
 
 // parseNetwork checks a create's network object into req.
-func parseNetwork(raw json.RawMessage, req *orchestrator.CreateRequest) error {
+func (s *Server) parseNetwork(ctx context.Context, raw json.RawMessage, req *orchestrator.CreateRequest) error {
 	if string(bytes.TrimSpace(raw)) == "null" || len(raw) == 0 {
 		return nil
 	}
-	var n networkJSON
+	var n networkCreate
 	if err := decodeStrict(raw, &n, "network."); err != nil {
 		return err
 	}
 	switch {
 	case n.MaskRequestHost != nil && *n.MaskRequestHost != "":
 		return errUnsupported("network.maskRequestHost")
-	case !unset(n.EgressProxy):
+	case proxySet(n.EgressProxy):
 		return errUnsupported("network.egressProxy")
 	case !unset(n.HTTPSPorts):
 		return errUnsupported("network.httpsPorts")
-	case !unset(n.Rules):
-		return errUnsupported("network.rules")
 	}
-	if _, _, err := orchestrator.CanonicalNetwork(n.AllowOut, n.DenyOut); err != nil {
+	allow, _, err := orchestrator.CanonicalNetwork(n.AllowOut, n.DenyOut)
+	if err != nil {
+		return err
+	}
+	if req.Rules, err = s.secretAPI.CheckRules(ctx, req.Team, n.Rules, allow); err != nil {
 		return err
 	}
 	req.AllowOut, req.DenyOut = n.AllowOut, n.DenyOut
@@ -116,10 +113,10 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, id string
 		return
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
-		s.fail(w, r, fmt.Errorf("request body is required: %w", errdefs.ErrInvalidArgument))
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalidArgument, "request body is required"))
 		return
 	}
-	var body networkUpdateJSON
+	var body networkUpdate
 	if err := decodeStrict(raw, &body, ""); err != nil {
 		s.fail(w, r, err)
 		return
@@ -128,8 +125,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, id string
 		name string
 		set  bool
 	}{
-		{"egressProxy", !unset(body.EgressProxy)},
-		{"rules", !unset(body.Rules)},
+		{"egressProxy", proxySet(body.EgressProxy)},
 		{"maskRequestHost", body.MaskRequestHost != nil && *body.MaskRequestHost != ""},
 		{"allowIn", !unset(body.AllowIn)},
 		{"denyIn", !unset(body.DenyIn)},
@@ -139,8 +135,18 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, id string
 			return
 		}
 	}
+	allow, _, err := orchestrator.CanonicalNetwork(body.AllowOut, body.DenyOut)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rules, err := s.secretAPI.CheckRules(r.Context(), team(r), body.Rules, allow)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	_, err = s.orch.UpdateNetwork(r.Context(), team(r), id, orchestrator.NetworkUpdate{
-		AllowOut: body.AllowOut, DenyOut: body.DenyOut, AllowInternet: body.AllowInternetAccess})
+		AllowOut: body.AllowOut, DenyOut: body.DenyOut, AllowInternet: body.AllowInternetAccess, Rules: rules})
 	if err != nil {
 		s.fail(w, r, err)
 		return

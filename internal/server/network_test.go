@@ -22,7 +22,8 @@ func TestCreateNetworkValidation(t *testing.T) {
 		{"maskRequestHost", `{"network":{"maskRequestHost":"x.example.com"}}`, `network.maskRequestHost is not supported`},
 		{"egressProxy", `{"network":{"egressProxy":{"address":"p:1080"}}}`, `network.egressProxy is not supported`},
 		{"httpsPorts", `{"network":{"httpsPorts":[8443]}}`, `network.httpsPorts is not supported`},
-		{"rules", `{"network":{"rules":{"api.example.com":[{"transform":{"headers":{"a":"b"}}}]}}}`, `network.rules is not supported`},
+		{"malformed rules", `{"network":{"rules":{"api example.com":[{"transform":{"headers":{"a":"b"}}}]}}}`, `network.rules: invalid domain`},
+		{"rules placeholder", `{"network":{"rules":{"a.com":[{"transform":{"headers":{"a":"${e2b.env.X}"}}}]}}}`, `unknown placeholder`},
 		{"unknown network field", `{"network":{"allowIn":["1.2.3.4"]}}`, `unknown field "allowIn"`},
 		{"mcp", `{"mcp":{"github":{}}}`, `mcp is not supported`},
 		{"iam", `{"iam":{"tokens":{"t":{"audience":"a","tokenType":"jwt"}}}}`, `iam is not supported`},
@@ -38,6 +39,16 @@ func TestCreateNetworkValidation(t *testing.T) {
 				}
 			}
 		})
+	}
+	// Rules grant no egress: their domain must be reachable through allowOut.
+	for _, body := range []string{
+		`{"templateID":"base","network":{"rules":{"a.com":[{"transform":{"headers":{"a":"b"}}}]}}}`,
+		`{"templateID":"base","network":{"allowOut":["b.com"],"denyOut":["0.0.0.0/0"],"rules":{"a.com":[{}]}}}`,
+		`{"templateID":"base","network":{"allowOut":["a.com"],"denyOut":["0.0.0.0/0"],"rules":{"*.a.com":[{}]}}}`,
+	} {
+		if msg := h.do("POST", "/v2/sandboxes", body).errBody(t, 400); !strings.Contains(msg, `is not reachable`) {
+			t.Fatalf("rules outside allowOut: %q", msg)
+		}
 	}
 	if n := h.env.Runtime.Count(); n != 0 {
 		t.Fatalf("%d sandboxes created by refused requests", n)
@@ -105,7 +116,7 @@ func TestNetworkRoundTrip(t *testing.T) {
 		{`{"allowOut":["example.com"]}`, "you must include '0.0.0.0/0'"},
 		{`{"denyOut":["1.2.3.4/40"]}`, `"1.2.3.4/40"`},
 		{`{"egressProxy":{"address":"p:1"}}`, "egressProxy is not supported"},
-		{`{"rules":{"a.com":[{}]}}`, "rules is not supported"},
+		{`{"rules":{"a/b":[{}]}}`, "network.rules: invalid domain"},
 		{`{"allowIn":["1.2.3.4"]}`, "allowIn is not supported"},
 		{`{"maskRequestHost":"x"}`, "maskRequestHost is not supported"},
 		{`{"bogus":1}`, `unknown field "bogus"`},
@@ -114,6 +125,9 @@ func TestNetworkRoundTrip(t *testing.T) {
 		if msg := h.do("PUT", p, tc.body).errBody(t, 400); !strings.Contains(msg, tc.want) {
 			t.Fatalf("PUT %s: %q, want %q", tc.body, msg, tc.want)
 		}
+	}
+	if msg := h.do("PUT", p, `{"rules":{"a.com":[{}]}}`).errBody(t, 400); !strings.Contains(msg, `domain "a.com" is not reachable`) {
+		t.Fatalf("PUT rules outside allowOut: %q", msg)
 	}
 	if d := get(); !slices.Equal(d.Network.AllowOut, []string{"8.8.8.8/32"}) {
 		t.Fatalf("refused update changed the policy: %+v", d.Network)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/moatsh/moat/api/rest"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/errdefs/errhttp"
 	"github.com/moatsh/moat/internal/orchestrator"
@@ -32,12 +33,13 @@ func (s *Server) createV2(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32, alwaysSecure bool) {
-	var body newSandbox
-	if err := decode(r, &body, true); err != nil {
+	var body rest.NewSandbox
+	fields, err := decodeFields(r, &body, true)
+	if err != nil {
 		s.writeBodyErr(w, r, err)
 		return
 	}
-	if body.TemplateID == nil || *body.TemplateID == "" {
+	if body.TemplateID == "" {
 		errhttp.Write(w, http.StatusBadRequest, "templateID is required")
 		return
 	}
@@ -48,11 +50,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32
 	autoPause := body.AutoPause != nil && *body.AutoPause
 	autoResume := false
 	if ar := body.AutoResume; ar != nil {
-		if ar.Enabled == nil {
+		if !hasField(fields["autoResume"], "enabled") {
 			errhttp.Write(w, http.StatusBadRequest, "autoResume.enabled is required")
 			return
 		}
-		autoResume = *ar.Enabled
+		autoResume = ar.Enabled
 		if autoResume && !autoPause {
 			errhttp.Write(w, http.StatusBadRequest, "autoResume needs autoPause: true")
 			return
@@ -61,7 +63,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32
 	for _, f := range []struct {
 		name string
 		raw  []byte
-	}{{"mcp", body.MCP}, {"iam", body.IAM}, {"volumeMounts", body.VolumeMounts}} {
+	}{{"mcp", fields["mcp"]}, {"iam", fields["iam"]}} {
 		if !unset(f.raw) {
 			s.fail(w, r, errUnsupported(f.name))
 			return
@@ -69,25 +71,37 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32
 	}
 	req := orchestrator.CreateRequest{
 		Team:          team(r),
-		Template:      *body.TemplateID,
+		Template:      body.TemplateID,
 		Timeout:       time.Duration(timeout) * time.Second,
-		Metadata:      body.Metadata,
-		EnvVars:       body.EnvVars,
+		Metadata:      deref(body.Metadata),
+		EnvVars:       deref(body.EnvVars),
 		Secure:        alwaysSecure || (body.Secure != nil && *body.Secure),
 		AllowInternet: body.AllowInternetAccess == nil || *body.AllowInternetAccess,
 		AutoPause:     autoPause,
 		AutoResume:    autoResume,
 	}
-	if err := parseNetwork(body.Network, &req); err != nil {
+	if err := s.parseNetwork(r.Context(), fields["network"], &req); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	sb, err := s.orch.Create(r.Context(), req)
+	vols, release, err := s.vols.Mounts(r.Context(), team(r), body.VolumeMounts)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	errhttp.WriteJSON(w, http.StatusCreated, toSandbox(sb))
+	req.Volumes = vols
+	sb, err := s.orch.Create(r.Context(), req)
+	if err != nil {
+		release()
+		s.fail(w, r, err)
+		return
+	}
+	if s.vols.Hold(sb.ID, release) {
+		if _, err := s.orch.Get(r.Context(), sb.Team, sb.ID); err != nil {
+			s.vols.Release(sb.ID) // it died before the hold: OnRemove has run
+		}
+	}
+	errhttp.WriteJSON(w, http.StatusCreated, toSandbox(sb, s.envdOf(r.Context(), sb)))
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, id string) {
@@ -96,7 +110,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, id string) {
 		s.fail(w, r, err)
 		return
 	}
-	errhttp.WriteJSON(w, http.StatusOK, toDetail(sb))
+	errhttp.WriteJSON(w, http.StatusOK, toDetail(sb, s.envdOf(r.Context(), sb)))
 }
 
 func (s *Server) kill(w http.ResponseWriter, r *http.Request, id string) {
@@ -108,16 +122,17 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, id string) {
-	var body timeoutBody
-	if err := decode(r, &body, true); err != nil {
+	var body rest.SandboxTimeoutRequest
+	fields, err := decodeFields(r, &body, true)
+	if err != nil {
 		s.writeBodyErr(w, r, err)
 		return
 	}
-	if body.Timeout == nil {
+	if !present(fields["timeout"]) {
 		errhttp.Write(w, http.StatusBadRequest, "timeout is required")
 		return
 	}
-	if err := s.orch.SetTimeout(r.Context(), team(r), id, seconds(*body.Timeout)); err != nil {
+	if err := s.orch.SetTimeout(r.Context(), team(r), id, seconds(body.Timeout)); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -125,12 +140,12 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 func (s *Server) refresh(w http.ResponseWriter, r *http.Request, id string) {
-	var body refreshBody
+	var body rest.SandboxRefreshRequest
 	if err := decode(r, &body, false); err != nil {
 		s.writeBodyErr(w, r, err)
 		return
 	}
-	var d int32
+	var d int
 	if body.Duration != nil {
 		d = *body.Duration
 	}
@@ -138,7 +153,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, id string) {
 		errhttp.Write(w, http.StatusBadRequest, fmt.Sprintf("duration must be between 0 and %d", maxRefreshSeconds))
 		return
 	}
-	if err := s.orch.Refresh(r.Context(), team(r), id, seconds(d)); err != nil {
+	if err := s.orch.Refresh(r.Context(), team(r), id, seconds(int32(d))); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -146,7 +161,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, id string) {
-	var body pauseBody // memory:false (filesystem-only) is treated like a full pause
+	var body rest.SandboxPauseRequest // memory:false (filesystem-only) is treated like a full pause
 	if err := decode(r, &body, false); err != nil {
 		s.writeBodyErr(w, r, err)
 		return
@@ -159,7 +174,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 func (s *Server) resume(w http.ResponseWriter, r *http.Request, id string) {
-	var body resumeBody
+	var body resumeRequest
 	if err := decode(r, &body, false); err != nil {
 		s.writeBodyErr(w, r, err)
 		return
@@ -177,7 +192,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, id string) {
 		s.fail(w, r, err)
 		return
 	}
-	errhttp.WriteJSON(w, http.StatusCreated, toSandbox(sb))
+	errhttp.WriteJSON(w, http.StatusCreated, toSandbox(sb, s.envdOf(r.Context(), sb)))
 }
 
 func (s *Server) connectV1(w http.ResponseWriter, r *http.Request, id string) {
@@ -190,14 +205,15 @@ func (s *Server) connectV2(w http.ResponseWriter, r *http.Request, id string) {
 
 // connect answers 200 when the sandbox was running, 201 when it was resumed.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request, id string, required bool) {
-	var body timeoutBody
-	if err := decode(r, &body, required); err != nil {
+	var body rest.ConnectSandbox
+	fields, err := decodeFields(r, &body, required)
+	if err != nil {
 		s.writeBodyErr(w, r, err)
 		return
 	}
 	timeout := int32(defaultConnectTimeout)
-	if body.Timeout != nil {
-		timeout = *body.Timeout
+	if present(fields["timeout"]) {
+		timeout = body.Timeout
 	} else if required {
 		errhttp.Write(w, http.StatusBadRequest, "timeout is required")
 		return
@@ -211,7 +227,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, id string, requ
 	if resumed {
 		status = http.StatusCreated
 	}
-	errhttp.WriteJSON(w, status, toSandbox(sb))
+	errhttp.WriteJSON(w, status, toSandbox(sb, s.envdOf(r.Context(), sb)))
 }
 
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request, id string) {
@@ -219,7 +235,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, id string) {
 	for _, p := range []string{"start", "end"} {
 		if v := q.Get(p); v != "" {
 			if _, err := strconv.ParseInt(v, 10, 64); err != nil {
-				s.fail(w, r, fmt.Errorf("%s must be unix seconds: %w", p, errdefs.ErrInvalidArgument))
+				s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalidArgument, "%s must be unix seconds", p))
 				return
 			}
 		}
@@ -229,7 +245,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, id string) {
 		s.fail(w, r, err)
 		return
 	}
-	out := make([]metricJSON, 0, len(ms))
+	out := make([]rest.SandboxMetric, 0, len(ms))
 	for _, m := range ms {
 		out = append(out, toMetric(m))
 	}

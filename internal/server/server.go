@@ -20,7 +20,11 @@ import (
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/errdefs/errhttp"
 	"github.com/moatsh/moat/internal/orchestrator"
-	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/secrets"
+	"github.com/moatsh/moat/internal/server/secretapi"
+	"github.com/moatsh/moat/internal/server/templateapi"
+	"github.com/moatsh/moat/internal/server/volumeapi"
+	"github.com/moatsh/moat/internal/volume"
 )
 
 // MaxBodyBytes bounds every request body.
@@ -28,21 +32,30 @@ const MaxBodyBytes = 1 << 20
 
 // Config wires the server; every field but Logger is required.
 type Config struct {
-	Store  *store.DB
+	Store  Store
 	Orch   *orchestrator.Orchestrator
 	Logger *slog.Logger
 	// Builds enables the template build API; nil answers it with 501.
 	Builds *BuildConfig
+	// Volumes enables the volume API; nil answers it with 501.
+	Volumes *volume.Manager
+	// Secrets serves /secrets; nil answers it with 501.
+	Secrets *secrets.Service
 }
 
 // Server is an http.Handler for the REST API.
 type Server struct {
-	db   *store.DB
+	db   Store
 	orch *orchestrator.Orchestrator
 	log  *slog.Logger
 	mux  *http.ServeMux
 
-	builds *BuildConfig // nil: template builds are off
+	builds    *BuildConfig     // nil: template builds are off
+	volumes   *volume.Manager  // nil: volumes are off
+	vols      *volumeapi.API   // the volume API, when volumes are on
+	secretAPI *secretapi.API   // the secrets API, when secrets are on
+	templates *templateapi.API // the build API, when builds are on
+	secrets   *secrets.Service // nil: /secrets answers 501
 }
 
 // New returns the REST handler.
@@ -50,10 +63,8 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{db: cfg.Store, orch: cfg.Orch, log: cfg.Logger, mux: http.NewServeMux(), builds: cfg.Builds}
-	if s.builds != nil {
-		s.builds.fill()
-	}
+	s := &Server{db: cfg.Store, orch: cfg.Orch, log: cfg.Logger, mux: http.NewServeMux(), builds: cfg.Builds,
+		volumes: cfg.Volumes, secrets: cfg.Secrets}
 	s.routes()
 	return s
 }
@@ -83,18 +94,31 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /sandboxes/{id}/fork", s.auth(s.withID(s.fork)))
 	m.HandleFunc("DELETE /templates/{id}", s.auth(s.deleteTeamTemplate))
 	s.buildRoutes()
+	s.volumeRoutes()
 	m.HandleFunc("PUT /sandboxes/{id}/network", s.auth(s.withID(s.updateNetwork)))
 	m.HandleFunc("GET /moat/pools", s.auth(s.listPools))
+	s.secretRoutes()
 	// Parts of the E2B API Moat does not implement yet answer 501 rather
 	// than a 404 the SDKs would read as "sandbox not found".
-	for _, p := range []string{"GET /sandboxes/{id}/logs",
-		"GET /v2/sandboxes/{id}/logs", "GET /sandboxes/metrics"} {
-		m.HandleFunc(p, s.auth(notImplemented))
+	// Per-sandbox ones still answer 404 for an unknown or malformed ID.
+	m.HandleFunc("GET /sandboxes/metrics", s.auth(notImplemented))
+	for _, p := range []string{"GET /sandboxes/{id}/logs", "GET /v2/sandboxes/{id}/logs"} {
+		m.HandleFunc(p, s.auth(s.withID(s.notImplementedFor)))
 	}
 }
 
+// notImplementedFor answers 501 for a sandbox the caller can see, 404
+// otherwise.
+func (s *Server) notImplementedFor(w http.ResponseWriter, r *http.Request, id string) {
+	if _, err := s.orch.Get(r.Context(), team(r), id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	notImplemented(w, r)
+}
+
 func notImplemented(w http.ResponseWriter, r *http.Request) {
-	errhttp.Write(w, http.StatusNotImplemented, r.Method+" "+r.URL.Path+" is not implemented by this server")
+	errhttp.WriteError(w, errdefs.Public(errdefs.ErrNotImplemented, r.Method+" "+r.URL.Path+" is not implemented by this server"))
 }
 
 // ServeHTTP recovers panics into 500 JSON and turns the mux's plain-text
@@ -106,10 +130,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				panic(v)
 			}
 			s.log.Error("panic in handler", "method", r.Method, "path", r.URL.Path, "panic", v)
-			errhttp.Write(w, http.StatusInternalServerError, "internal server error")
+			errhttp.WriteError(w, errdefs.ErrInternal)
 		}
 	}()
 	if s.serveUpload(w, r) { // streams past MaxBodyBytes; signed, no API key
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, volumeapi.ContentPrefix) { // streams too; the volume's token, no API key
+		s.vols.ServeContent(w, r)
 		return
 	}
 	h, pattern := s.mux.Handler(r)
@@ -119,11 +147,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if allow := rec.Header().Get("Allow"); allow != "" {
 			w.Header().Set("Allow", allow)
 		}
-		msg := "route not found"
-		if rec.Code == http.StatusMethodNotAllowed {
-			msg = "method not allowed"
+		switch {
+		case rec.Code == http.StatusMethodNotAllowed:
+			errhttp.Write(w, rec.Code, "method not allowed")
+		case rec.Code >= 300 && rec.Code < 400:
+			// The mux redirects a path with "." or ".." segments to
+			// its clean form; no API path needs that, and under
+			// /sandboxes/ such a segment is a malformed sandbox ID.
+			s.fail(w, r, uncleanPath(r.URL.Path))
+		default:
+			errhttp.Write(w, rec.Code, "route not found")
 		}
-		errhttp.Write(w, rec.Code, msg)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
@@ -131,6 +165,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(sw, r) // sets path values, which h.ServeHTTP would not
 	s.log.Debug("api request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
 		"duration", time.Since(start))
+}
+
+// uncleanPath is the error for a path the mux would redirect.
+func uncleanPath(p string) error {
+	rest, ok := strings.CutPrefix(strings.TrimPrefix(p, "/v2"), "/sandboxes/")
+	if !ok {
+		return errdefs.Public(errdefs.ErrNotFound, "route not found")
+	}
+	id, _, _ := strings.Cut(rest, "/")
+	return fmt.Errorf("malformed sandbox ID: %w", orchestrator.ErrSandboxNotFound(id))
 }
 
 // statusWriter remembers the status for the access log.
@@ -161,7 +205,7 @@ func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("X-API-KEY")
 		if key == "" {
-			errhttp.Write(w, http.StatusUnauthorized, "Missing API key: set the X-API-KEY header")
+			errhttp.WriteError(w, errdefs.Public(errdefs.ErrUnauthenticated, "Missing API key: set the X-API-KEY header"))
 			return
 		}
 		tm, ok, err := s.db.CheckAPIKey(r.Context(), key)
@@ -170,7 +214,7 @@ func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		if !ok {
-			errhttp.Write(w, http.StatusUnauthorized, "Invalid API key")
+			errhttp.WriteError(w, errdefs.Public(errdefs.ErrUnauthenticated, "Invalid API key"))
 			return
 		}
 		next(w, r.WithContext(context.WithValue(r.Context(), teamKey{}, tm)))
@@ -180,13 +224,14 @@ func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 var idRE = regexp.MustCompile(`^[a-z0-9]+$`)
 
 // ShortID accepts "<id>" or "<id>-<clientID>" (SDK 1.x) and returns the ID.
+// Anything else is ErrNotFound with the text an unknown ID gets: E2B answers
+// 404 for every ID it does not know, and the SDKs turn only 404 into
+// SandboxNotFoundError. The check also keeps IDs that could escape a path
+// (/, .., NUL) from reaching the orchestrator.
 func ShortID(raw string) (string, error) {
 	id, _, found := strings.Cut(raw, "-")
-	if found && strings.Contains(raw[len(id)+1:], "-") {
-		return "", fmt.Errorf("invalid sandbox ID %q: %w", raw, errdefs.ErrInvalidArgument)
-	}
-	if !idRE.MatchString(id) {
-		return "", fmt.Errorf("invalid sandbox ID %q: %w", raw, errdefs.ErrInvalidArgument)
+	if (found && strings.Contains(raw[len(id)+1:], "-")) || !idRE.MatchString(id) {
+		return "", fmt.Errorf("malformed sandbox ID: %w", orchestrator.ErrSandboxNotFound(raw))
 	}
 	return id, nil
 }
@@ -197,18 +242,22 @@ func (s *Server) withID(h idHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, err := ShortID(r.PathValue("id"))
 		if err != nil {
-			errhttp.WriteError(w, err)
+			s.fail(w, r, err)
 			return
 		}
 		h(w, r, id)
 	}
 }
 
-// fail writes err, logging server-side failures once here.
+// fail writes err, logging it once here: server-side failures as errors,
+// and client errors whose text the client does not see (it has no public
+// message) at debug, so that what was held back can still be found.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := errhttp.ToHTTP(err)
-	if status >= 500 {
+	if _, public := errdefs.PublicMessage(err); status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+	} else if !public {
+		s.log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
 	errhttp.WriteError(w, err)
 }
@@ -220,14 +269,14 @@ func decode(r *http.Request, v any, required bool) error {
 	switch {
 	case errors.Is(err, io.EOF):
 		if required {
-			return fmt.Errorf("request body is required: %w", errdefs.ErrInvalidArgument)
+			return errdefs.Publicf(errdefs.ErrInvalidArgument, "request body is required")
 		}
 		return nil
 	case err != nil:
 		return bodyError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("invalid request body: trailing data after JSON: %w", errdefs.ErrInvalidArgument)
+		return errdefs.Publicf(errdefs.ErrInvalidArgument, "invalid request body: trailing data after JSON")
 	}
 	return nil
 }
@@ -240,10 +289,13 @@ func bodyError(err error) error {
 	switch {
 	case errors.As(err, &mbe):
 		return fmt.Errorf("%w: limit is %d bytes", errTooLarge, mbe.Limit)
+	case errors.As(err, &te) && te.Field == "":
+		// te.Type would name a Go type.
+		return errdefs.Publicf(errdefs.ErrInvalidArgument, "invalid request body: want a JSON object, not %s", te.Value)
 	case errors.As(err, &te):
-		return fmt.Errorf("invalid request body: field %q must be %s, not %s: %w", te.Field, te.Type, te.Value, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf(errdefs.ErrInvalidArgument, "invalid request body: field %q must be %s, not %s", te.Field, te.Type, te.Value)
 	default:
-		return fmt.Errorf("invalid request body: %v: %w", err, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf(errdefs.ErrInvalidArgument, "invalid request body: %v", err)
 	}
 }
 

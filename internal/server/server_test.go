@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
 	"github.com/moatsh/moat/internal/server"
@@ -84,6 +85,12 @@ func (h *harness) doKey(method, path, body, key string) resp {
 		req.Header.Set("X-API-KEY", key)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	return h.send(req)
+}
+
+// send sends req and reads the whole answer.
+func (h *harness) send(req *http.Request) resp {
+	h.t.Helper()
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
@@ -140,7 +147,7 @@ func TestCreateAndGet(t *testing.T) {
 	if m["clientID"] != "6532622b" || m["envdVersion"] != "0.6.13" || m["alias"] != "base" {
 		t.Fatalf("create body %v", m)
 	}
-	if v, ok := m["domain"]; !ok || v != nil {
+	if v := m["domain"]; v != nil { // omitted, like E2B's server (oapi-codegen, same spec) does
 		t.Fatalf("domain %v", m)
 	}
 	id := m["sandboxID"].(string)
@@ -229,21 +236,32 @@ func TestCreateErrors(t *testing.T) {
 	}
 }
 
+// sandboxRoutes are all the REST routes with a sandbox ID in the path.
+var sandboxRoutes = [][3]string{
+	{"GET", "/sandboxes/%s", ""}, {"DELETE", "/sandboxes/%s", ""}, {"POST", "/sandboxes/%s/timeout", `{"timeout":10}`},
+	{"POST", "/sandboxes/%s/refreshes", `{}`}, {"POST", "/sandboxes/%s/pause", ""}, {"POST", "/sandboxes/%s/resume", `{}`},
+	{"POST", "/sandboxes/%s/connect", `{"timeout":10}`}, {"POST", "/v2/sandboxes/%s/connect", ""},
+	{"GET", "/sandboxes/%s/metrics", ""}, {"POST", "/sandboxes/%s/snapshots", `{}`}, {"POST", "/sandboxes/%s/fork", `{}`},
+	{"PUT", "/sandboxes/%s/network", `{"allowOut":["1.1.1.1"]}`},
+	{"GET", "/sandboxes/%s/logs", ""}, {"GET", "/v2/sandboxes/%s/logs", ""},
+}
+
+// TestSandboxIDValidationAndNotFound: a malformed ID gets exactly the 404
+// body of an unknown well-formed one on every sandbox route, including IDs
+// that would escape a path.
 func TestSandboxIDValidationAndNotFound(t *testing.T) {
 	h := newHarness(t)
-	calls := [][3]string{
-		{"GET", "/sandboxes/%s", ""}, {"DELETE", "/sandboxes/%s", ""}, {"POST", "/sandboxes/%s/timeout", `{"timeout":10}`},
-		{"POST", "/sandboxes/%s/refreshes", `{}`}, {"POST", "/sandboxes/%s/pause", ""}, {"POST", "/sandboxes/%s/resume", `{}`},
-		{"POST", "/sandboxes/%s/connect", `{"timeout":10}`}, {"POST", "/v2/sandboxes/%s/connect", ""},
-		{"GET", "/sandboxes/%s/metrics", ""},
-	}
-	for _, c := range calls {
-		for _, tc := range []struct {
-			id     string
-			status int
-		}{{"inotthere", 404}, {"ABC", 400}, {"a-b-c", 400}, {"a_b", 400}, {"inotthere-6532622b", 404}} {
+	for _, c := range sandboxRoutes {
+		for _, tc := range []struct{ id, shown string }{
+			{"inotthere", "inotthere"}, {"inotthere-6532622b", "inotthere"},
+			{"ABC", "ABC"}, {"a-b-c", "a-b-c"}, {"a_b", "a_b"}, {"..", ".."}, {"../etc", "../etc"},
+			{"a%00b", "a%00b"}, {"%2e%2e", "%2e%2e"}, {strings.Repeat("x", 300) + "!", strings.Repeat("x", 300) + "!"},
+		} {
 			t.Run(c[0]+c[1]+tc.id, func(t *testing.T) {
-				h.do(c[0], strings.Replace(c[1], "%s", url.PathEscape(tc.id), 1), c[2]).errBody(t, tc.status)
+				msg := h.do(c[0], strings.Replace(c[1], "%s", url.PathEscape(tc.id), 1), c[2]).errBody(t, 404)
+				if want := `Sandbox "` + tc.shown + `" doesn't exist or you don't have access to it`; msg != want {
+					t.Fatalf("message %q, want %q", msg, want)
+				}
 			})
 		}
 	}
@@ -344,7 +362,7 @@ func seedList(t *testing.T, h *harness) time.Time {
 	t.Helper()
 	ctx := context.Background()
 	base := time.Now().Add(-time.Hour).UTC()
-	for i, st := range []string{"running", "running", "paused", "running", "running"} {
+	for i, st := range []store.State{"running", "running", "paused", "running", "running"} {
 		md := map[string]string{"n": string(rune('a' + i))}
 		if i%2 == 0 {
 			md["a b"] = "c&d"
@@ -465,8 +483,8 @@ func TestShortID(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got, err := server.ShortID(tt.in)
-		if (err == nil) != tt.ok || got != tt.want {
-			t.Errorf("ShortID(%q) = %q, %v", tt.in, got, err)
+		if (err == nil) != tt.ok || got != tt.want || (err != nil && !errdefs.IsNotFound(err)) {
+			t.Errorf("ShortID(%q) = %q, %v (want a not-found error)", tt.in, got, err)
 		}
 	}
 }

@@ -1,42 +1,31 @@
 package server
 
 import (
-	"fmt"
 	"net/http"
-	"strconv"
-	"time"
 
+	"github.com/moatsh/moat/api/rest"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/errdefs/errhttp"
+	"github.com/moatsh/moat/internal/server/listquery"
 	"github.com/moatsh/moat/internal/store"
 )
 
 const maxSnapshotNameLen = 128
 
-type snapshotBody struct {
-	Name *string `json:"name"`
-}
-
-// snapshotJSON is E2B's SnapshotInfo.
-type snapshotJSON struct {
-	SnapshotID string   `json:"snapshotID"`
-	Names      []string `json:"names"`
-	// Moat extras (the SDKs ignore unknown fields).
-	SandboxID string    `json:"sandboxID"`
-	CreatedAt time.Time `json:"createdAt"`
-}
-
-func toSnapshot(s store.Snapshot) snapshotJSON {
+// toSnapshot is E2B's SnapshotInfo with Moat's sandboxID and createdAt
+// (the SDKs ignore unknown fields).
+func toSnapshot(s store.Snapshot) rest.SnapshotInfo {
 	names := []string{}
 	if s.Name != "" {
 		names = append(names, s.Name)
 	}
-	return snapshotJSON{SnapshotID: s.ID, Names: names, SandboxID: s.SandboxID, CreatedAt: s.CreatedAt.UTC()}
+	created := s.CreatedAt.UTC()
+	return rest.SnapshotInfo{SnapshotID: s.ID, Names: names, SandboxID: &s.SandboxID, CreatedAt: &created}
 }
 
 // createSnapshot is POST /sandboxes/{id}/snapshots: 201 SnapshotInfo.
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, id string) {
-	var body snapshotBody
+	var body rest.SandboxSnapshotRequest
 	if err := decode(r, &body, false); err != nil {
 		s.writeBodyErr(w, r, err)
 		return
@@ -59,13 +48,13 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, id strin
 
 func validSnapshotName(name string) error {
 	if name == "" || len(name) > maxSnapshotNameLen {
-		return fmt.Errorf("snapshot name must be 1..%d characters: %w", maxSnapshotNameLen, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf(errdefs.ErrInvalidArgument, "snapshot name must be 1..%d characters", maxSnapshotNameLen)
 	}
 	for _, c := range name {
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' ||
 			c == '.' || c == '/' || c == ':'
 		if !ok {
-			return fmt.Errorf("snapshot name %q: only letters, digits and -_./: allowed: %w", name, errdefs.ErrInvalidArgument)
+			return errdefs.Publicf(errdefs.ErrInvalidArgument, "snapshot name %q: only letters, digits and -_./: allowed", name)
 		}
 	}
 	return nil
@@ -75,27 +64,19 @@ func validSnapshotName(name string) error {
 // first; X-Next-Token is the last ID of a full page.
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := store.SnapshotFilter{SandboxID: q.Get("sandboxID"), Name: q.Get("name"), After: q.Get("nextToken"), Limit: 100}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			s.fail(w, r, fmt.Errorf("invalid limit %q: want 1..100: %w", v, errdefs.ErrInvalidArgument))
-			return
-		}
-		f.Limit = n
+	limit, err := listquery.PageLimit(q)
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
-	limit := f.Limit
-	f.Limit++
+	f := store.SnapshotFilter{SandboxID: q.Get("sandboxID"), Name: q.Get("name"), After: q.Get("nextToken"), Limit: limit + 1}
 	snaps, err := s.orch.ListSnapshots(r.Context(), team(r), f)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if len(snaps) > limit {
-		snaps = snaps[:limit]
-		w.Header().Set("X-Next-Token", snaps[len(snaps)-1].ID)
-	}
-	out := make([]snapshotJSON, 0, len(snaps))
+	snaps = listquery.TrimPage(w, snaps, limit, func(sn store.Snapshot) string { return sn.ID })
+	out := make([]rest.SnapshotInfo, 0, len(snaps))
 	for _, sn := range snaps {
 		out = append(out, toSnapshot(sn))
 	}
@@ -109,10 +90,10 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	err := s.orch.DeleteSnapshot(r.Context(), team(r), id)
 	if errdefs.IsNotFound(err) {
 		if _, terr := s.db.GetTemplate(r.Context(), id); terr == nil {
-			s.fail(w, r, fmt.Errorf("deleting templates over the API is not implemented (use `moat template`): %w", errdefs.ErrNotImplemented))
+			s.fail(w, r, errdefs.Publicf(errdefs.ErrNotImplemented, "deleting templates over the API is not implemented (use `moat template`)"))
 			return
 		}
-		s.fail(w, r, fmt.Errorf("template or snapshot '%s' not found: %w", id, errdefs.ErrNotFound))
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrNotFound, "template or snapshot '%s' not found", id))
 		return
 	}
 	if err != nil {
@@ -122,19 +103,9 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-type forkBody struct {
-	Timeout *int32 `json:"timeout"`
-	Count   *int32 `json:"count"`
-}
-
-type forkResultJSON struct {
-	Sandbox *sandboxJSON   `json:"sandbox,omitempty"`
-	Error   *errhttp.Error `json:"error,omitempty"`
-}
-
 // fork is POST /sandboxes/{id}/fork: 201 with one result per fork.
 func (s *Server) fork(w http.ResponseWriter, r *http.Request, id string) {
-	var body forkBody
+	var body rest.SandboxForkRequest
 	if err := decode(r, &body, false); err != nil {
 		s.writeBodyErr(w, r, err)
 		return
@@ -151,13 +122,16 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, id string) {
 		s.fail(w, r, err)
 		return
 	}
-	out := make([]forkResultJSON, len(res))
+	envd := s.envdVersions(r.Context())
+	out := make([]rest.SandboxForkResult, len(res))
 	for i, fr := range res {
 		if fr.Err != nil {
-			out[i].Error = &errhttp.Error{Code: errhttp.ToHTTP(fr.Err), Message: errhttp.Message(fr.Err)}
+			// The client sees the public text; the log keeps the rest.
+			s.log.Warn("fork failed", "sandboxID", id, "fork", i, "err", fr.Err)
+			out[i].Error = &rest.Error{Code: int32(errhttp.ToHTTP(fr.Err)), Message: errhttp.Message(fr.Err)}
 			continue
 		}
-		sb := toSandbox(fr.Sandbox)
+		sb := toSandbox(fr.Sandbox, envd(fr.Sandbox.TemplateID))
 		out[i].Sandbox = &sb
 	}
 	errhttp.WriteJSON(w, http.StatusCreated, out)

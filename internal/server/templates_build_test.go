@@ -19,6 +19,7 @@ import (
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
 	"github.com/moatsh/moat/internal/server"
+	"github.com/moatsh/moat/internal/server/templateapi"
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/template"
 )
@@ -365,7 +366,7 @@ func TestTemplateUploads(t *testing.T) {
 		return out.Present, out.URL
 	}
 	present, raw := link(h.key, ids.TemplateID)
-	if present || !strings.HasPrefix(raw, h.url+server.UploadPathPrefix+hash+"?") {
+	if present || !strings.HasPrefix(raw, h.url+templateapi.UploadPathPrefix+hash+"?") {
 		t.Fatalf("link: %v %s", present, raw)
 	}
 	put := func(u, body string) resp {

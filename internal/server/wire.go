@@ -1,148 +1,34 @@
 package server
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
-	"time"
+	"net/http"
 
+	"github.com/moatsh/moat/api/rest"
 	"github.com/moatsh/moat/internal/envd/state"
 	"github.com/moatsh/moat/internal/orchestrator"
+	"github.com/moatsh/moat/internal/server/volumeapi"
 	"github.com/moatsh/moat/internal/store"
 )
 
 // clientID is E2B's deprecated but required constant.
 const clientID = "6532622b"
 
-// newSandbox is NewSandbox / NewSandboxV2 (what the JS and Python SDKs
-// send). Fields Moat does not implement that change security or storage
-// are refused with 400 naming them when set (mcp, iam, volumeMounts, and
-// in network: see networkJSON). Ignored because harmless: autoPauseMemory
-// (a pause always keeps memory, which loses nothing a filesystem-only
-// pause would keep) and fields this server does not know at the top level
-// (newer SDKs' additions; the network object, all of whose fields matter,
-// refuses unknown ones).
-type newSandbox struct {
-	TemplateID          *string           `json:"templateID"`
-	Timeout             *int32            `json:"timeout"`
-	AutoPause           *bool             `json:"autoPause"`
-	AutoResume          *autoResumeJSON   `json:"autoResume"`
-	Secure              *bool             `json:"secure"`
-	AllowInternetAccess *bool             `json:"allow_internet_access"`
-	Metadata            map[string]string `json:"metadata"`
-	EnvVars             map[string]string `json:"envVars"`
-	Network             json.RawMessage   `json:"network"`
-	MCP                 json.RawMessage   `json:"mcp"`
-	IAM                 json.RawMessage   `json:"iam"`
-	VolumeMounts        json.RawMessage   `json:"volumeMounts"`
-}
-
-type autoResumeJSON struct {
-	Enabled *bool `json:"enabled"`
-}
-
-type timeoutBody struct {
-	Timeout *int32 `json:"timeout"`
-}
-
-type refreshBody struct {
-	Duration *int32 `json:"duration"`
-}
-
-type resumeBody struct {
-	Timeout   *int32 `json:"timeout"`
-	AutoPause *bool  `json:"autoPause"`
-	Memory    *bool  `json:"memory"` // false (cold boot from disk) is refused: E2B says never downgrade it
-}
-
-type pauseBody struct {
-	Memory *bool `json:"memory"`
-}
-
-// sandboxJSON is Sandbox (create/connect/resume).
-type sandboxJSON struct {
-	TemplateID         string  `json:"templateID"`
-	SandboxID          string  `json:"sandboxID"`
-	Alias              string  `json:"alias,omitempty"`
-	ClientID           string  `json:"clientID"`
-	EnvdVersion        string  `json:"envdVersion"`
-	EnvdAccessToken    string  `json:"envdAccessToken,omitempty"`
-	TrafficAccessToken *string `json:"trafficAccessToken"`
-	Domain             *string `json:"domain"`
-}
-
-type lifecycleJSON struct {
-	AutoResume bool   `json:"autoResume"`
-	OnTimeout  string `json:"onTimeout"`
-}
-
-// detailJSON is SandboxDetail; listed is the ListedSandbox subset.
-type detailJSON struct {
-	TemplateID          string            `json:"templateID"`
-	Alias               string            `json:"alias,omitempty"`
-	SandboxID           string            `json:"sandboxID"`
-	ClientID            string            `json:"clientID"`
-	StartedAt           time.Time         `json:"startedAt"`
-	EndAt               time.Time         `json:"endAt"`
-	EnvdVersion         string            `json:"envdVersion"`
-	EnvdAccessToken     string            `json:"envdAccessToken,omitempty"`
-	Domain              *string           `json:"domain"`
-	CPUCount            int               `json:"cpuCount"`
-	MemoryMB            int               `json:"memoryMB"`
-	DiskSizeMB          int               `json:"diskSizeMB"`
-	Metadata            map[string]string `json:"metadata"`
-	State               string            `json:"state"`
-	AllowInternetAccess *bool             `json:"allowInternetAccess"`
-	Lifecycle           *lifecycleJSON    `json:"lifecycle,omitempty"`
-	Network             *networkOut       `json:"network,omitempty"`
-}
-
-type listedJSON struct {
-	TemplateID  string            `json:"templateID"`
-	Alias       string            `json:"alias,omitempty"`
-	SandboxID   string            `json:"sandboxID"`
-	ClientID    string            `json:"clientID"`
-	StartedAt   time.Time         `json:"startedAt"`
-	EndAt       time.Time         `json:"endAt"`
-	CPUCount    int               `json:"cpuCount"`
-	MemoryMB    int               `json:"memoryMB"`
-	DiskSizeMB  int               `json:"diskSizeMB"`
-	Metadata    map[string]string `json:"metadata"`
-	State       string            `json:"state"`
-	EnvdVersion string            `json:"envdVersion"`
-}
-
-type metricJSON struct {
-	Timestamp     time.Time `json:"timestamp"`
-	TimestampUnix int64     `json:"timestampUnix"`
-	CPUCount      int       `json:"cpuCount"`
-	CPUUsedPct    float64   `json:"cpuUsedPct"`
-	MemUsed       uint64    `json:"memUsed"`
-	MemTotal      uint64    `json:"memTotal"`
-	MemCache      uint64    `json:"memCache"`
-	DiskUsed      uint64    `json:"diskUsed"`
-	DiskTotal     uint64    `json:"diskTotal"`
-}
-
-type templateJSON struct {
-	TemplateID    string     `json:"templateID"`
-	BuildID       string     `json:"buildID"`
-	CPUCount      int        `json:"cpuCount"`
-	MemoryMB      int        `json:"memoryMB"`
-	DiskSizeMB    int        `json:"diskSizeMB"`
-	Public        bool       `json:"public"`
-	CreatedAt     time.Time  `json:"createdAt"`
-	UpdatedAt     time.Time  `json:"updatedAt"`
-	CreatedBy     *struct{}  `json:"createdBy"`
-	LastSpawnedAt *time.Time `json:"lastSpawnedAt"`
-	SpawnCount    int        `json:"spawnCount"`
-	BuildCount    int        `json:"buildCount"`
-	EnvdVersion   string     `json:"envdVersion"`
-	Aliases       []string   `json:"aliases"`
-	Names         []string   `json:"names"`
-	BuildStatus   string     `json:"buildStatus"`
-}
+// The request and response bodies are api/rest's types, generated from
+// E2B's OpenAPI document. Of NewSandbox / NewSandboxV2 (what the JS and
+// Python SDKs send), fields Moat does not implement that change security or
+// storage are refused with 400 naming them when set (mcp, iam,
+// and in network: see parseNetwork; volumeMounts when the server has no
+// volumes). Ignored because
+// harmless: autoPauseMemory (a pause always keeps memory, which loses
+// nothing a filesystem-only pause would keep) and fields this server does
+// not know at the top level (newer SDKs' additions; the network object, all
+// of whose fields matter, refuses unknown ones).
 
 // apiState maps stored states onto the two the API knows.
-func apiState(st string) string {
+func apiState(st store.State) rest.SandboxState {
 	switch st {
 	case store.StatePaused, store.StatePausing:
 		return "paused"
@@ -151,49 +37,47 @@ func apiState(st string) string {
 	}
 }
 
-func toSandbox(sb store.Sandbox) sandboxJSON {
-	out := sandboxJSON{TemplateID: sb.TemplateID, SandboxID: sb.ID, Alias: sb.Alias, ClientID: clientID,
-		EnvdVersion: state.Version, EnvdAccessToken: sb.EnvdAccessToken}
-	if tok := sb.Network.TrafficAccessToken; tok != "" {
-		out.TrafficAccessToken = &tok
-	}
-	return out
+func toSandbox(sb store.Sandbox, envd string) rest.Sandbox {
+	return rest.Sandbox{TemplateID: sb.TemplateID, SandboxID: sb.ID, Alias: optional(sb.Alias), ClientID: clientID,
+		EnvdVersion: envd, EnvdAccessToken: optional(sb.EnvdAccessToken),
+		TrafficAccessToken: optional(sb.Network.TrafficAccessToken)}
 }
 
-func toDetail(sb store.Sandbox) detailJSON {
-	onTimeout := "kill"
+func toDetail(sb store.Sandbox, envd string) rest.SandboxDetail {
+	onTimeout := rest.SandboxOnTimeout("kill")
 	if sb.AutoPause {
 		onTimeout = "pause"
 	}
 	inet := sb.AllowInternet
-	return detailJSON{TemplateID: sb.TemplateID, Alias: sb.Alias, SandboxID: sb.ID, ClientID: clientID,
-		StartedAt: sb.StartedAt.UTC(), EndAt: sb.EndAt.UTC(), EnvdVersion: state.Version,
-		EnvdAccessToken: sb.EnvdAccessToken, CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
-		DiskSizeMB: sb.DiskSizeMB, Metadata: metadataOf(sb), State: apiState(sb.State),
-		AllowInternetAccess: &inet, Lifecycle: &lifecycleJSON{OnTimeout: onTimeout, AutoResume: sb.AutoResume},
-		Network: toNetworkOut(sb.Network)}
+	md := rest.SandboxMetadata(metadataOf(sb))
+	return rest.SandboxDetail{TemplateID: sb.TemplateID, Alias: optional(sb.Alias), SandboxID: sb.ID, ClientID: clientID,
+		StartedAt: sb.StartedAt.UTC(), EndAt: sb.EndAt.UTC(), EnvdVersion: envd,
+		EnvdAccessToken: optional(sb.EnvdAccessToken), CpuCount: int32(sb.CPUCount), MemoryMB: int32(sb.MemoryMB),
+		DiskSizeMB: int32(sb.DiskSizeMB), Metadata: &md, State: apiState(sb.State),
+		AllowInternetAccess: &inet, Lifecycle: &rest.SandboxLifecycle{OnTimeout: onTimeout, AutoResume: sb.AutoResume},
+		Network: toNetworkOut(sb.Network), VolumeMounts: volumeapi.Wire(sb.VolumeMounts)}
 }
 
-func toListed(sb store.Sandbox) listedJSON {
-	return listedJSON{TemplateID: sb.TemplateID, Alias: sb.Alias, SandboxID: sb.ID, ClientID: clientID,
-		StartedAt: sb.StartedAt.UTC(), EndAt: sb.EndAt.UTC(), CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
-		DiskSizeMB: sb.DiskSizeMB, Metadata: metadataOf(sb), State: apiState(sb.State),
-		EnvdVersion: state.Version}
+func toListed(sb store.Sandbox, envd string) rest.ListedSandbox {
+	md := rest.SandboxMetadata(metadataOf(sb))
+	return rest.ListedSandbox{TemplateID: sb.TemplateID, Alias: optional(sb.Alias), SandboxID: sb.ID, ClientID: clientID,
+		StartedAt: sb.StartedAt.UTC(), EndAt: sb.EndAt.UTC(), CpuCount: int32(sb.CPUCount), MemoryMB: int32(sb.MemoryMB),
+		DiskSizeMB: int32(sb.DiskSizeMB), Metadata: &md, State: apiState(sb.State), EnvdVersion: envd}
 }
 
-func toMetric(m orchestrator.Metric) metricJSON {
-	return metricJSON{Timestamp: m.Time, TimestampUnix: m.Time.Unix(), CPUCount: m.CPUCount,
-		CPUUsedPct: m.CPUUsedPct, MemUsed: m.MemUsed, MemTotal: m.MemTotal, MemCache: m.MemCache,
-		DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal}
+func toMetric(m orchestrator.Metric) rest.SandboxMetric {
+	return rest.SandboxMetric{Timestamp: m.Time, TimestampUnix: m.Time.Unix(), CpuCount: int32(m.CPUCount),
+		CpuUsedPct: float32(m.CPUUsedPct), MemUsed: int64(m.MemUsed), MemTotal: int64(m.MemTotal),
+		MemCache: int64(m.MemCache), DiskUsed: int64(m.DiskUsed), DiskTotal: int64(m.DiskTotal)}
 }
 
-func toTemplate(t store.Template) templateJSON {
-	out := templateJSON{TemplateID: t.ID, BuildID: t.BuildID, CPUCount: t.CPUCount, MemoryMB: t.MemoryMB,
-		DiskSizeMB: t.DiskSizeMB, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, LastSpawnedAt: t.LastSpawnedAt,
-		SpawnCount: t.SpawnCount, BuildCount: 1, EnvdVersion: t.EnvdVersion, Aliases: []string{t.Name},
-		Names: []string{t.Name}, BuildStatus: "ready"}
-	if out.CPUCount <= 0 {
-		out.CPUCount = orchestrator.DefaultVCPUs
+func toTemplate(t store.Template) rest.Template {
+	out := rest.Template{TemplateID: t.ID, BuildID: t.BuildID, CpuCount: int32(t.CPUCount), MemoryMB: int32(t.MemoryMB),
+		DiskSizeMB: int32(t.DiskSizeMB), CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, LastSpawnedAt: t.LastSpawnedAt,
+		SpawnCount: int64(t.SpawnCount), BuildCount: 1, EnvdVersion: templateEnvd(t), Aliases: []string{t.Name},
+		Names: []string{t.Name}, BuildStatus: rest.TemplateBuildStatus(store.BuildReady)}
+	if out.CpuCount <= 0 {
+		out.CpuCount = orchestrator.DefaultVCPUs
 	}
 	if out.MemoryMB <= 0 {
 		out.MemoryMB = orchestrator.DefaultMemoryMiB
@@ -201,13 +85,52 @@ func toTemplate(t store.Template) templateJSON {
 	if out.DiskSizeMB <= 0 {
 		out.DiskSizeMB = orchestrator.DefaultDiskMiB
 	}
-	if out.EnvdVersion == "" {
-		out.EnvdVersion = state.Version
-	}
 	if out.BuildID == "" {
 		out.BuildID = "00000000-0000-0000-0000-000000000000"
 	}
 	return out
+}
+
+// templateEnvd is the version of the envd in t's root filesystem, recorded
+// when it was built or imported; templates from before that was recorded
+// report this server's.
+func templateEnvd(t store.Template) string {
+	if t.EnvdVersion == "" {
+		return state.Version
+	}
+	return t.EnvdVersion
+}
+
+// envdVersions returns the envd version of a sandbox's template (see
+// templateEnvd), looking each template up once per call of envdVersions:
+// one request's worth of sandboxes. A template gone since falls back to
+// this server's version.
+func (s *Server) envdVersions(ctx context.Context) func(templateID string) string {
+	seen := map[string]string{}
+	return func(templateID string) string {
+		if v, ok := seen[templateID]; ok {
+			return v
+		}
+		v := state.Version
+		if t, err := s.db.GetTemplate(ctx, templateID); err == nil {
+			v = templateEnvd(t)
+		}
+		seen[templateID] = v
+		return v
+	}
+}
+
+// envdOf is the envd version of sb's template.
+func (s *Server) envdOf(ctx context.Context, sb store.Sandbox) string {
+	return s.envdVersions(ctx)(sb.TemplateID)
+}
+
+// optional is v as an optional field: nil (omitted) when empty.
+func optional(v string) *string {
+	if v == "" {
+		return nil
+	}
+	return &v
 }
 
 // metadataOf is sb's metadata as the API shows it: with the sandbox's
@@ -224,9 +147,48 @@ func metadataOf(sb store.Sandbox) map[string]string {
 	return out
 }
 
-func nonNil(m map[string]string) map[string]string {
-	if m == nil {
-		return map[string]string{}
+// resumeRequest is ResumedSandbox with memory, which SDKs that pause
+// without memory send: false (cold boot from disk) is refused, since E2B
+// says never to downgrade it.
+type resumeRequest struct {
+	rest.ResumedSandbox
+	Memory *bool `json:"memory"`
+}
+
+// decodeFields decodes r's JSON body into v like decode and also returns
+// its top-level fields as sent: the generated types cannot tell a required
+// field that is absent from its zero value, nor an empty object from none.
+func decodeFields(r *http.Request, v any, required bool) (map[string]json.RawMessage, error) {
+	var raw json.RawMessage
+	if err := decode(r, &raw, required); err != nil || len(raw) == 0 {
+		return nil, err
 	}
-	return m
+	if err := json.Unmarshal(raw, v); err != nil {
+		return nil, bodyError(err)
+	}
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &fields) // v decoded: raw is an object or null
+	return fields, nil
+}
+
+// present reports whether a field was sent with a value other than null.
+func present(raw json.RawMessage) bool {
+	return len(raw) > 0 && string(bytes.TrimSpace(raw)) != "null"
+}
+
+// hasField reports whether the JSON object obj has name set (not null).
+func hasField(obj json.RawMessage, name string) bool {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(obj, &fields) != nil {
+		return false
+	}
+	return present(fields[name])
+}
+
+// deref is *m, or nil.
+func deref[M ~map[string]string](m *M) map[string]string {
+	if m == nil {
+		return nil
+	}
+	return *m
 }

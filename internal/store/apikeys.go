@@ -8,10 +8,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
-	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/store/sqlbase"
 )
 
 // APIKeyPrefix starts every key, as in E2B ("e2b_" + 40 hex).
@@ -21,17 +20,9 @@ const APIKeyPrefix = "e2b_"
 // and snapshot from before teams existed).
 const DefaultTeam = "default"
 
-var teamRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-
 // ValidateTeam checks a team name: 1..63 characters of a-z, 0-9, '_' and
 // '-', starting with a letter or digit. ErrInvalidArgument otherwise.
-func ValidateTeam(team string) error {
-	if !teamRE.MatchString(team) {
-		return fmt.Errorf("invalid team name %q: want 1 to 63 characters of a-z, 0-9, '_' and '-', "+
-			"starting with a letter or digit: %w", team, errdefs.ErrInvalidArgument)
-	}
-	return nil
-}
+func ValidateTeam(team string) error { return sqlbase.ValidateTeam(team) }
 
 // CreateAPIKey makes a new key for team and returns its plaintext, which is
 // never stored (only its SHA-256 and a short display prefix are).

@@ -22,7 +22,7 @@ const (
 
 // ErrSharedTemplate is returned by DeleteTeamTemplate for a template
 // built with the CLI, which belongs to no team.
-var ErrSharedTemplate = fmt.Errorf("template is shared (built with the CLI): %w", errdefs.ErrFailedPrecondition)
+var ErrSharedTemplate = errdefs.Publicf(errdefs.ErrFailedPrecondition, "template is shared (built with the CLI)")
 
 // Build is one requested build of a team's template (E2B's template build
 // API). Its template reaches the templates table only when it is ready.
@@ -88,7 +88,7 @@ func (d *DB) RequestBuild(ctx context.Context, team, name string, cpuCount, memo
 		return Build{}, fmt.Errorf("request build %s: %w", name, err)
 	}
 	if owner != team {
-		return Build{}, fmt.Errorf("template alias '%s' is already taken: %w", name, errAlreadyExists)
+		return Build{}, errdefs.Publicf(errAlreadyExists, "template alias '%s' is already taken", name)
 	}
 	now := time.Now()
 	b := Build{ID: newUUID(), TemplateID: tplID, Name: name, Team: team, Status: BuildWaiting,
@@ -108,7 +108,7 @@ func (d *DB) GetBuild(ctx context.Context, team, templateID, buildID string) (Bu
 		WHERE id = ? AND template_id = ? AND team = ?`, buildID, templateID, team)
 	b, err := scanBuild(row)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Build{}, fmt.Errorf("build '%s' of template '%s' not found: %w", buildID, templateID, errdefs.ErrNotFound)
+		return Build{}, errdefs.Publicf(errdefs.ErrNotFound, "build '%s' of template '%s' not found", buildID, templateID)
 	}
 	if err != nil {
 		return Build{}, fmt.Errorf("get build %s: %w", buildID, err)
@@ -131,7 +131,7 @@ func (d *DB) StartBuild(ctx context.Context, id string) error {
 		return fmt.Errorf("start build %s: %w", id, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("build %s was already started: %w", id, errdefs.ErrFailedPrecondition)
+		return errdefs.Publicf(errdefs.ErrFailedPrecondition, "build %s was already started", id)
 	}
 	return nil
 }
@@ -181,7 +181,7 @@ func (d *DB) FinishBuild(ctx context.Context, b Build, t Template, cfg TemplateC
 	case err != nil:
 		return fmt.Errorf("finish build %s: %w", b.ID, err)
 	case owner != b.Team || id != b.TemplateID:
-		return fmt.Errorf("template alias '%s' is already taken: %w", b.Name, errAlreadyExists)
+		return errdefs.Publicf(errAlreadyExists, "template alias '%s' is already taken", b.Name)
 	}
 	now := toUnix(time.Now())
 	_, err = tx.ExecContext(ctx, `INSERT INTO templates (`+templateCols+`, team, config)
@@ -313,7 +313,7 @@ func (d *DB) DeleteTeamTemplate(ctx context.Context, team, idOrName string) (Tem
 		return Template{}, fmt.Errorf("delete template %s: %w", idOrName, err)
 	}
 	if running > 0 {
-		return Template{}, fmt.Errorf("template '%s' has a build running: %w", idOrName, errdefs.ErrFailedPrecondition)
+		return Template{}, errdefs.Publicf(errdefs.ErrFailedPrecondition, "template '%s' has a build running", idOrName)
 	}
 	for _, q := range []string{`DELETE FROM templates WHERE id = ?`, `DELETE FROM template_builds WHERE template_id = ?`} {
 		if _, err := tx.ExecContext(ctx, q, t.ID); err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"maps"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -43,21 +44,24 @@ func TestNetworkMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if v, err := d.SchemaVersion(ctx); err != nil || v != 5 {
+	if v, err := d.SchemaVersion(ctx); err != nil || v != latestMigration(t) {
 		t.Fatalf("schema version = %d, %v", v, err)
 	}
 	old, err := d.GetSandbox(ctx, "iold")
 	if err != nil || !old.Network.IsZero() {
 		t.Fatalf("old sandbox: %+v, %v", old, err)
 	}
-	want := Network{AllowOut: []string{"1.2.3.4/32"}, DenyOut: []string{"0.0.0.0/0"}, TrafficAccessToken: "tok"}
+	want := Network{AllowOut: []string{"1.2.3.4/32", "api.example.com"}, DenyOut: []string{"0.0.0.0/0"}, TrafficAccessToken: "tok",
+		Rules: []NetworkRule{{Domain: "api.example.com", Headers: map[string]string{"Authorization": "Bearer ${e2b.secrets.k}"}},
+			{Domain: "api.example.com", Headers: map[string]string{"X-B": "b"}}}}
 	sb := Sandbox{ID: "inew", Team: DefaultTeam, TemplateID: "t", State: StateRunning, StartedAt: time.Now(),
 		EndAt: time.Now().Add(time.Minute), Network: want}
 	if err := d.InsertSandbox(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
 	same := func(a, b Network) bool {
-		return slices.Equal(a.AllowOut, b.AllowOut) && slices.Equal(a.DenyOut, b.DenyOut) && a.TrafficAccessToken == b.TrafficAccessToken
+		return slices.Equal(a.AllowOut, b.AllowOut) && slices.Equal(a.DenyOut, b.DenyOut) && a.TrafficAccessToken == b.TrafficAccessToken &&
+			slices.EqualFunc(a.Rules, b.Rules, func(x, y NetworkRule) bool { return x.Domain == y.Domain && maps.Equal(x.Headers, y.Headers) })
 	}
 	if got, err := d.GetSandbox(ctx, "inew"); err != nil || !same(got.Network, want) {
 		t.Fatalf("get: %+v, %v", got.Network, err)

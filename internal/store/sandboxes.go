@@ -10,23 +10,13 @@ import (
 	"time"
 )
 
-// Sandbox states as stored.
-const (
-	StateCreating = "creating"
-	StateRunning  = "running"
-	StatePausing  = "pausing"
-	StatePaused   = "paused"
-	StateResuming = "resuming"
-	StateKilled   = "killed"
-)
-
 // Sandbox is one sandbox's persistent record.
 type Sandbox struct {
 	ID              string
 	Team            string // the team of the API key that created it; fixed for its life
 	TemplateID      string
 	Alias           string
-	State           string
+	State           State
 	Runtime         string
 	Addr            string
 	StartedAt       time.Time
@@ -43,6 +33,14 @@ type Sandbox struct {
 	MemoryMB        int
 	DiskSizeMB      int
 	Network         Network // egress policy and proxy access, on top of AllowInternet
+	VolumeMounts    []VolumeMount
+}
+
+// VolumeMount is a volume a sandbox mounts, and where.
+type VolumeMount struct {
+	VolumeID string `json:"volumeID"`
+	Name     string `json:"name"`
+	Path     string `json:"path"`
 }
 
 // Network is a sandbox's network policy in E2B's terms. AllowOut and
@@ -55,11 +53,24 @@ type Network struct {
 	// e2b-traffic-access-token) on proxied requests to the sandbox's ports
 	// other than envd's: the create asked allowPublicTraffic: false.
 	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
+	// Rules are E2B's network.rules, validated (secrets.ParseRules): by
+	// domain, each domain's rules in the order given. Header values keep
+	// their ${e2b.secrets.NAME} placeholders; secret values are never
+	// stored here.
+	Rules []NetworkRule `json:"rules,omitempty"`
+}
+
+// NetworkRule is one network.rules entry: headers set on the sandbox's
+// HTTPS requests to Domain (a host name, or "*." and a host name for its
+// subdomains).
+type NetworkRule struct {
+	Domain  string            `json:"domain"`
+	Headers map[string]string `json:"headers,omitempty"`
 }
 
 // IsZero reports whether n is no policy.
 func (n Network) IsZero() bool {
-	return len(n.AllowOut) == 0 && len(n.DenyOut) == 0 && n.TrafficAccessToken == ""
+	return len(n.AllowOut) == 0 && len(n.DenyOut) == 0 && n.TrafficAccessToken == "" && len(n.Rules) == 0
 }
 
 // Cursor is a position in a sandbox listing: the last item returned.
@@ -71,7 +82,7 @@ type Cursor struct {
 // SandboxFilter selects sandboxes for ListSandboxes. Zero values mean "any".
 type SandboxFilter struct {
 	Team         string // "" = every team (server-internal callers only)
-	States       []string
+	States       []State
 	Metadata     map[string]string // every key must be present with this value
 	Template     string            // template ID or alias
 	Order        string            // "desc" (default: newest first) or "asc"
@@ -82,11 +93,42 @@ type SandboxFilter struct {
 
 const sandboxCols = `id, template_id, alias, state, runtime, addr, started_at, end_at, metadata,
 	env_vars, envd_access_token, secure, allow_internet, auto_pause, cpu_count, memory_mb, disk_size_mb,
-	auto_resume, timeout_s, team, network`
+	auto_resume, timeout_s, team, network, volume_mounts`
 
 // InsertSandbox stores a new sandbox; errdefs.ErrAlreadyExists if the ID is
 // taken, errdefs.ErrInvalidArgument without a valid team.
 func (d *DB) InsertSandbox(ctx context.Context, s Sandbox) error {
+	return insertSandbox(ctx, d.w, s)
+}
+
+// InsertSpawnedSandbox is InsertSandbox and MarkTemplateSpawned(s.TemplateID,
+// s.StartedAt) in one transaction: one commit on a create's path instead of
+// two, and the spawn is counted exactly when the sandbox is recorded. A
+// template deleted meanwhile is no error (nothing to count).
+func (d *DB) InsertSpawnedSandbox(ctx context.Context, s Sandbox) error {
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("insert sandbox %s: %w", s.ID, err)
+	}
+	defer tx.Rollback()
+	if err := insertSandbox(ctx, tx, s); err != nil {
+		return err
+	}
+	if err := markSpawned(ctx, tx, s.TemplateID, s.StartedAt); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("insert sandbox %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// execer is a *sql.DB or a *sql.Tx.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func insertSandbox(ctx context.Context, db execer, s Sandbox) error {
 	if err := ValidateTeam(s.Team); err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", s.ID, err)
 	}
@@ -98,11 +140,19 @@ func (d *DB) InsertSandbox(ctx context.Context, s Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", s.ID, err)
 	}
-	_, err = d.w.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	vm := ""
+	if len(s.VolumeMounts) > 0 {
+		b, err := json.Marshal(s.VolumeMounts)
+		if err != nil {
+			return fmt.Errorf("insert sandbox %s: %w", s.ID, err)
+		}
+		vm = string(b)
+	}
+	_, err = db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.ID, s.TemplateID, s.Alias, s.State, s.Runtime, s.Addr, toUnix(s.StartedAt), toUnix(s.EndAt),
 		md, env, s.EnvdAccessToken, boolInt(s.Secure), boolInt(s.AllowInternet), boolInt(s.AutoPause),
-		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second), s.Team, nw)
+		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second), s.Team, nw, vm)
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") {
 			return fmt.Errorf("insert sandbox %s: %w", s.ID, errAlreadyExists)
@@ -258,22 +308,15 @@ func marshalNetwork(n Network) (string, error) {
 	return string(b), err
 }
 
-func nonNil(m map[string]string) map[string]string {
-	if m == nil {
-		return map[string]string{}
-	}
-	return m
-}
-
 func scanSandbox(sc scanner) (Sandbox, error) {
 	var s Sandbox
 	var started, end int64
-	var md, env, nw string
+	var md, env, nw, vm string
 	var secure, inet, autoPause, autoResume int
 	var timeoutS int64
 	err := sc.Scan(&s.ID, &s.TemplateID, &s.Alias, &s.State, &s.Runtime, &s.Addr, &started, &end, &md,
 		&env, &s.EnvdAccessToken, &secure, &inet, &autoPause, &s.CPUCount, &s.MemoryMB, &s.DiskSizeMB,
-		&autoResume, &timeoutS, &s.Team, &nw)
+		&autoResume, &timeoutS, &s.Team, &nw, &vm)
 	if err != nil {
 		return s, err
 	}
@@ -289,6 +332,11 @@ func scanSandbox(sc scanner) (Sandbox, error) {
 	if nw != "" {
 		if err := json.Unmarshal([]byte(nw), &s.Network); err != nil {
 			return s, fmt.Errorf("sandbox %s network: %w", s.ID, err)
+		}
+	}
+	if vm != "" {
+		if err := json.Unmarshal([]byte(vm), &s.VolumeMounts); err != nil {
+			return s, fmt.Errorf("sandbox %s volume mounts: %w", s.ID, err)
 		}
 	}
 	return s, nil

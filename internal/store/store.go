@@ -15,11 +15,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/store/secretstore"
+	"github.com/moatsh/moat/internal/store/sqlbase"
 )
 
 //go:embed migrations/*.sql
@@ -40,6 +41,7 @@ var (
 type DB struct {
 	w *sql.DB // the one writer
 	r *sql.DB // readers
+	*secretstore.Table
 }
 
 // maxReaders bounds the read pool: enough for list and lookup requests to
@@ -80,6 +82,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	d.r.SetMaxOpenConns(maxReaders)
+	d.Table = secretstore.New(d.w, d.r)
 	if err := restrict(path); err != nil { // -wal and -shm exist now
 		d.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
@@ -169,23 +172,13 @@ func (d *DB) SchemaVersion(ctx context.Context) (int, error) {
 	return v, err
 }
 
-func notFound(what, id string) error {
-	return fmt.Errorf("%s %q: %w", what, id, errdefs.ErrNotFound)
-}
-
-func toUnix(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromUnix(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
+// The tables' shared pieces (sqlbase), under the names this package uses.
+var (
+	notFound = sqlbase.NotFound
+	toUnix   = sqlbase.ToUnix
+	fromUnix = sqlbase.FromUnix
+	nonNil   = sqlbase.NonNil
+)
 
 func boolInt(b bool) int {
 	if b {

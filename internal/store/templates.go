@@ -72,9 +72,27 @@ func (d *DB) ListTemplates(ctx context.Context) ([]Template, error) {
 	return queryAll(ctx, d.r, "list templates", scanTemplate, `SELECT `+templateCols+` FROM templates ORDER BY name`)
 }
 
+// DeleteTemplate removes the template with exactly this ID, whoever owns
+// it (its builds stay); errdefs.ErrNotFound when there is none. For tools
+// that register a template for one run (moat bench --density).
+func (d *DB) DeleteTemplate(ctx context.Context, id string) error {
+	res, err := d.w.ExecContext(ctx, `DELETE FROM templates WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("delete template %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return notFound("template", id)
+	}
+	return nil
+}
+
 // MarkTemplateSpawned counts one more sandbox started from template id.
 func (d *DB) MarkTemplateSpawned(ctx context.Context, id string, at time.Time) error {
-	_, err := d.w.ExecContext(ctx, `UPDATE templates SET spawn_count = spawn_count + 1,
+	return markSpawned(ctx, d.w, id, at)
+}
+
+func markSpawned(ctx context.Context, db execer, id string, at time.Time) error {
+	_, err := db.ExecContext(ctx, `UPDATE templates SET spawn_count = spawn_count + 1,
 		last_spawned_at = ? WHERE id = ?`, toUnix(at), id)
 	if err != nil {
 		return fmt.Errorf("mark template %s spawned: %w", id, err)

@@ -7,6 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/moatsh/moat/internal/template/catalog"
+	"github.com/moatsh/moat/internal/template/progress"
+	"github.com/moatsh/moat/internal/template/rootfs"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -63,7 +66,7 @@ type stamp struct {
 // envd when the existing rootfs was built from the same cache key. It needs
 // root (mmdebstrap --mode=root) and serialises concurrent builds of the same
 // template with a lock file.
-func Build(ctx context.Context, def Definition, opts Options) (Result, error) {
+func Build(ctx context.Context, def catalog.Definition, opts Options) (Result, error) {
 	start := time.Now()
 	if err := def.Validate(); err != nil {
 		return Result{}, err
@@ -80,19 +83,19 @@ func Build(ctx context.Context, def Definition, opts Options) (Result, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Result{}, fmt.Errorf("template %s: %w", def.Name, err)
 	}
-	unlock, err := lockFile(lay.LockPath(def.Name))
+	unlock, err := rootfs.LockFile(lay.LockPath(def.Name))
 	if err != nil {
 		return Result{}, fmt.Errorf("template %s: lock: %w", def.Name, err)
 	}
 	defer unlock()
 	removeStaleBuilds(dir, log)
 
-	if dyn, err := isDynamic(opts.EnvdPath); err != nil {
+	if dyn, err := rootfs.IsDynamic(opts.EnvdPath); err != nil {
 		return Result{}, err
 	} else if dyn {
 		log.Warn("envd is dynamically linked; build it with CGO_ENABLED=0", "path", opts.EnvdPath)
 	}
-	envdSum, err := hostFileSHA256(opts.EnvdPath)
+	envdSum, err := rootfs.FileSHA256(opts.EnvdPath)
 	if err != nil {
 		return Result{}, err
 	}
@@ -122,17 +125,12 @@ func Build(ctx context.Context, def Definition, opts Options) (Result, error) {
 
 // refresh brings a cached rootfs up to date: envd (when its hash differs)
 // and the static files. A changed envd gets a new build ID.
-func refresh(rootfs, envdPath, envdSum string, res *Result) error {
-	root, err := os.OpenRoot(rootfs)
-	if err != nil {
-		return fmt.Errorf("open rootfs: %w", err)
-	}
-	cur, err := rootfsFileSHA256(root, EnvdPathInRootfs)
-	root.Close()
+func refresh(dir, envdPath, envdSum string, res *Result) error {
+	cur, err := rootfs.InstalledEnvdSHA256(dir)
 	if err != nil {
 		return err
 	}
-	if err := finalize(rootfs, envdPath); err != nil {
+	if err := rootfs.Finalize(dir, envdPath); err != nil {
 		return err
 	}
 	if cur != envdSum {
@@ -144,14 +142,14 @@ func refresh(rootfs, envdPath, envdSum string, res *Result) error {
 
 // fullBuild runs mmdebstrap into a fresh work directory, finalizes the
 // rootfs and swaps it into place.
-func fullBuild(ctx context.Context, def Definition, lay Layout, opts Options, log *slog.Logger) error {
+func fullBuild(ctx context.Context, def catalog.Definition, lay Layout, opts Options, log *slog.Logger) error {
 	dir := lay.TemplateDir(def.Name)
 	work, err := os.MkdirTemp(dir, buildDirPattern)
 	if err != nil {
 		return fmt.Errorf("create work dir: %w", err)
 	}
 	defer func() {
-		if err := removeTree(work); err != nil {
+		if err := rootfs.RemoveTree(work); err != nil {
 			log.Error("remove build work dir", "dir", work, "err", err)
 		}
 	}()
@@ -181,7 +179,7 @@ func fullBuild(ctx context.Context, def Definition, lay Layout, opts Options, lo
 	if bin == "" {
 		bin = "mmdebstrap"
 	}
-	prog := newProgress(opts.Out, fmt.Sprintf("building template %s (Debian %s, %d packages; log: %s)",
+	prog := progress.New(opts.Out, fmt.Sprintf("building template %s (Debian %s, %d packages; log: %s)",
 		def.Name, def.Suite, len(def.Packages), lay.BuildLogPath(def.Name)))
 	// Host files are fetched first: a registry problem fails fast.
 	hostFiles, err := fetchHostFiles(ctx, def, lay, prog)
@@ -194,7 +192,7 @@ func fullBuild(ctx context.Context, def Definition, lay Layout, opts Options, lo
 	}
 	if err == nil {
 		prog.Line("I: installing envd and static files")
-		err = finalize(target, opts.EnvdPath)
+		err = rootfs.Finalize(target, opts.EnvdPath)
 	}
 	prog.Close(err)
 	if err != nil {
@@ -205,7 +203,7 @@ func fullBuild(ctx context.Context, def Definition, lay Layout, opts Options, lo
 	if err := os.Remove(lay.StampPath(def.Name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove stamp: %w", err)
 	}
-	if err := swapDirs(target, lay.RootfsDir(def.Name)); err != nil {
+	if err := rootfs.SwapDirs(target, lay.RootfsDir(def.Name)); err != nil {
 		return fmt.Errorf("install rootfs: %w", err)
 	}
 	keepIfInUse(lay.RootfsDir(def.Name), target, log)
@@ -214,18 +212,18 @@ func fullBuild(ctx context.Context, def Definition, lay Layout, opts Options, lo
 }
 
 // keepIfInUse moves the replaced tree (now at old) aside when overlay mounts
-// of running sandboxes still name rootfs as lower layer: deleting a lower
+// of running sandboxes still name dir (a rootfs) as lower layer: deleting a lower
 // layer under a mounted overlay breaks those sandboxes. Later builds remove
 // it once no sandbox uses the template.
-func keepIfInUse(rootfs, old string, log *slog.Logger) {
-	inUse, err := inUseAsLowerdir(rootfs)
+func keepIfInUse(dir, old string, log *slog.Logger) {
+	inUse, err := rootfs.InUseAsLowerdir(dir)
 	if err == nil && !inUse {
-		inUse, err = inUseAsLowerdir(old)
+		inUse, err = rootfs.InUseAsLowerdir(old)
 	}
 	if err == nil && !inUse {
 		return
 	}
-	keep, err := os.MkdirTemp(filepath.Dir(rootfs), oldDirPattern)
+	keep, err := os.MkdirTemp(filepath.Dir(dir), oldDirPattern)
 	if err == nil {
 		err = os.Rename(old, filepath.Join(keep, "rootfs"))
 	}
@@ -241,16 +239,16 @@ func keepIfInUse(rootfs, old string, log *slog.Logger) {
 // trees once no sandbox uses the template any more.
 func removeStaleBuilds(dir string, log *slog.Logger) {
 	stale, _ := filepath.Glob(filepath.Join(dir, buildDirPattern))
-	if inUse, err := inUseAsLowerdir(filepath.Join(dir, "rootfs")); err == nil && !inUse {
+	if inUse, err := rootfs.InUseAsLowerdir(filepath.Join(dir, "rootfs")); err == nil && !inUse {
 		old, _ := filepath.Glob(filepath.Join(dir, oldDirPattern))
 		for _, o := range old {
-			if inUse, err := isMountRoot(filepath.Join(o, "rootfs")); err == nil && !inUse {
+			if inUse, err := rootfs.IsMountRoot(filepath.Join(o, "rootfs")); err == nil && !inUse {
 				stale = append(stale, o)
 			}
 		}
 	}
 	for _, s := range stale {
-		if err := removeTree(s); err != nil {
+		if err := rootfs.RemoveTree(s); err != nil {
 			log.Warn("remove stale build dir", "dir", s, "err", err)
 		}
 	}
@@ -301,7 +299,7 @@ type Registrar interface {
 
 // Register records a finished build in the store. Built-in templates use
 // their name as ID.
-func Register(ctx context.Context, reg Registrar, def Definition, res Result) error {
+func Register(ctx context.Context, reg Registrar, def catalog.Definition, res Result) error {
 	t := store.Template{
 		ID:          def.Name,
 		Name:        def.Name,

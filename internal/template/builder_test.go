@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/moatsh/moat/internal/template/catalog"
+	"github.com/moatsh/moat/internal/template/rootfs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,7 +29,7 @@ echo fake > "$target/etc/os-release"
 func testEnv(t *testing.T) (Options, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: finalize chowns /home/user")
+		t.Skip("needs root: rootfs.Finalize chowns /home/user")
 	}
 	dir := t.TempDir()
 	fake := filepath.Join(dir, "mmdebstrap")
@@ -59,7 +61,7 @@ func runs(t *testing.T, count string) int {
 func TestBuildCaching(t *testing.T) {
 	opts, count := testEnv(t)
 	ctx := context.Background()
-	def, _ := Lookup("base")
+	def, _ := catalog.Lookup("base")
 	lay := Layout{DataDir: opts.DataDir}
 
 	first, err := Build(ctx, def, opts)
@@ -73,20 +75,20 @@ func TestBuildCaching(t *testing.T) {
 
 	tests := []struct {
 		name         string
-		prepare      func(*Definition, *Options)
+		prepare      func(*catalog.Definition, *Options)
 		wantRuns     int
 		wantCached   bool
 		wantEnvd     bool
 		wantNewBuild bool
 	}{
-		{"unchanged", func(*Definition, *Options) {}, 1, true, false, false},
-		{"envd changed", func(_ *Definition, o *Options) {
+		{"unchanged", func(*catalog.Definition, *Options) {}, 1, true, false, false},
+		{"envd changed", func(_ *catalog.Definition, o *Options) {
 			f, _ := os.OpenFile(o.EnvdPath, os.O_APPEND|os.O_WRONLY, 0)
 			f.Write([]byte("x"))
 			f.Close()
 		}, 1, true, true, true},
-		{"definition changed", func(d *Definition, _ *Options) { d.Packages = append(d.Packages, "vim") }, 2, false, false, true},
-		{"forced", func(d *Definition, o *Options) { d.Packages = append(d.Packages, "vim"); o.Force = true }, 3, false, false, true},
+		{"definition changed", func(d *catalog.Definition, _ *Options) { d.Packages = append(d.Packages, "vim") }, 2, false, false, true},
+		{"forced", func(d *catalog.Definition, o *Options) { d.Packages = append(d.Packages, "vim"); o.Force = true }, 3, false, false, true},
 	}
 	prev := first.BuildID
 	for _, tt := range tests {
@@ -117,7 +119,7 @@ func TestBuildCaching(t *testing.T) {
 func TestBuildFailureKeepsOldRootfs(t *testing.T) {
 	opts, _ := testEnv(t)
 	ctx := context.Background()
-	def, _ := Lookup("base")
+	def, _ := catalog.Lookup("base")
 	if _, err := Build(ctx, def, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -137,39 +139,36 @@ func TestBuildFailureKeepsOldRootfs(t *testing.T) {
 	}
 }
 
-func checkRootfs(t *testing.T, rootfs, envd string) {
+func checkRootfs(t *testing.T, dir, envd string) {
 	t.Helper()
-	want, _ := hostFileSHA256(envd)
-	got, _ := hostFileSHA256(filepath.Join(rootfs, EnvdPathInRootfs))
+	want, _ := rootfs.FileSHA256(envd)
+	got, _ := rootfs.FileSHA256(filepath.Join(dir, rootfs.EnvdPathInRootfs))
 	if got != want {
 		t.Fatalf("envd in rootfs differs from %s", envd)
 	}
-	fi, err := os.Stat(filepath.Join(rootfs, EnvdPathInRootfs))
+	fi, err := os.Stat(filepath.Join(dir, rootfs.EnvdPathInRootfs))
 	if err != nil || fi.Mode().Perm() != 0o755 {
 		t.Fatalf("envd mode: %v %v", fi, err)
 	}
-	for _, f := range staticFiles {
-		b, err := os.ReadFile(filepath.Join(rootfs, f.name))
-		if err != nil || string(b) != f.data {
-			t.Fatalf("%s = %q, %v", f.name, b, err)
-		}
+	if b, err := os.ReadFile(filepath.Join(dir, "etc/hostname")); err != nil || string(b) != rootfs.SandboxHostname+"\n" {
+		t.Fatalf("etc/hostname = %q, %v", b, err)
 	}
 }
 
 func TestFinalizeDoesNotFollowSymlinks(t *testing.T) {
 	opts, _ := testEnv(t)
-	rootfs := t.TempDir()
+	dir := t.TempDir()
 	outside := filepath.Join(t.TempDir(), "host-resolv.conf")
 	os.WriteFile(outside, []byte("host"), 0o644)
-	os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755)
-	if err := os.Symlink(outside, filepath.Join(rootfs, "etc/resolv.conf")); err != nil {
+	os.MkdirAll(filepath.Join(dir, "etc"), 0o755)
+	if err := os.Symlink(outside, filepath.Join(dir, "etc/resolv.conf")); err != nil {
 		t.Fatal(err)
 	}
-	if err := finalize(rootfs, opts.EnvdPath); err != nil {
+	if err := rootfs.Finalize(dir, opts.EnvdPath); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(outside); string(b) != "host" {
-		t.Fatalf("finalize wrote through a symlink to the host: %q", b)
+		t.Fatalf("Finalize wrote through a symlink to the host: %q", b)
 	}
 }
 
@@ -182,8 +181,8 @@ func TestFindEnvd(t *testing.T) {
 		want            string
 		wantErr         bool
 	}{
-		{"flag wins", envd, "/nonexistent", envd, false},
-		{"env", "", envd, envd, false},
+		{"flag", envd, "", envd, false},
+		{"the environment is the caller's (cmd/moat)", "", envd, "", true},
 		{"missing flag file", filepath.Join(dir, "nope"), "", "", true},
 		{"directory", dir, "", "", true},
 	}
@@ -212,7 +211,7 @@ func (f *fakeRegistrar) UpsertTemplate(_ context.Context, t store.Template) erro
 }
 
 func TestRegister(t *testing.T) {
-	def, _ := Lookup("base")
+	def, _ := catalog.Lookup("base")
 	var reg fakeRegistrar
 	res := Result{Name: "base", BuildID: "b1", RootfsDir: "/d/templates/base/rootfs"}
 	if err := Register(context.Background(), &reg, def, res); err != nil {
@@ -222,22 +221,5 @@ func TestRegister(t *testing.T) {
 		CPUCount: 2, MemoryMB: 512, DiskSizeMB: 2048, EnvdVersion: "0.6.13"}
 	if reg.got != want {
 		t.Fatalf("registered %+v, want %+v", reg.got, want)
-	}
-}
-
-func TestProgressPlain(t *testing.T) {
-	var buf bytes.Buffer
-	p := newProgress(&buf, "title")
-	p.Line("I: step one")
-	p.Line("noise")
-	p.Close(nil)
-	out := buf.String()
-	if strings.Contains(out, "noise") {
-		t.Errorf("plain output shows non-status lines:\n%s", out)
-	}
-	for _, want := range []string{"title", "I: step one", "done"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output misses %q:\n%s", want, out)
-		}
 	}
 }

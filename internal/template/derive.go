@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/moatsh/moat/internal/template/catalog"
+	"github.com/moatsh/moat/internal/template/rootfs"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -24,7 +26,7 @@ import (
 func BuildFromTemplate(ctx context.Context, name, baseRootfs string, opts Options) (Result, error) {
 	start := time.Now()
 	switch {
-	case !nameRE.MatchString(name):
+	case !catalog.ValidName(name):
 		return Result{}, fmt.Errorf("template name %q: want lower-case letters, digits, '.', '_', '-' (max 63): %w",
 			name, errdefs.ErrInvalidArgument)
 	case !isDir(baseRootfs):
@@ -37,7 +39,7 @@ func BuildFromTemplate(ctx context.Context, name, baseRootfs string, opts Option
 		log = slog.New(slog.DiscardHandler)
 	}
 	lay := Layout{DataDir: opts.DataDir}
-	envdSum, err := hostFileSHA256(opts.EnvdPath)
+	envdSum, err := rootfs.FileSHA256(opts.EnvdPath)
 	if err != nil {
 		return Result{}, err
 	}
@@ -52,7 +54,7 @@ func BuildFromTemplate(ctx context.Context, name, baseRootfs string, opts Option
 		return Result{}, fmt.Errorf("create work dir: %w", err)
 	}
 	defer func() {
-		if err := removeTree(work); err != nil {
+		if err := rootfs.RemoveTree(work); err != nil {
 			log.Error("remove build work dir", "dir", work, "err", err)
 		}
 	}()
@@ -81,7 +83,7 @@ func CopyRootfs(ctx context.Context, src, dst, envdPath string) error {
 	if err := copyTree(ctx, src, dst); err != nil {
 		return fmt.Errorf("copy base rootfs: %w", err)
 	}
-	return finalize(dst, envdPath)
+	return rootfs.Finalize(dst, envdPath)
 }
 
 // InstalledCacheKey is the cache key the stamp of template name records
@@ -114,7 +116,7 @@ type InstallOptions struct {
 // an installed rootfs is only ever read (a read-only lower dir, the
 // source of a VM image).
 func Install(name, tree string, o InstallOptions) (Result, error) {
-	if !nameRE.MatchString(name) {
+	if !catalog.ValidName(name) {
 		return Result{}, fmt.Errorf("template name %q: %w", name, errdefs.ErrInvalidArgument)
 	}
 	log := o.Logger
@@ -125,7 +127,7 @@ func Install(name, tree string, o InstallOptions) (Result, error) {
 	if err := os.MkdirAll(lay.TemplateDir(name), 0o755); err != nil {
 		return Result{}, err
 	}
-	unlock, err := lockFile(lay.LockPath(name))
+	unlock, err := rootfs.LockFile(lay.LockPath(name))
 	if err != nil {
 		return Result{}, fmt.Errorf("lock: %w", err)
 	}
@@ -136,7 +138,7 @@ func Install(name, tree string, o InstallOptions) (Result, error) {
 	if err := os.Remove(lay.StampPath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return Result{}, fmt.Errorf("remove stamp: %w", err)
 	}
-	if err := swapDirs(tree, res.RootfsDir); err != nil {
+	if err := rootfs.SwapDirs(tree, res.RootfsDir); err != nil {
 		return Result{}, fmt.Errorf("install rootfs: %w", err)
 	}
 	keepIfInUse(res.RootfsDir, tree, log)
@@ -166,4 +168,4 @@ func copyTree(ctx context.Context, src, dst string) error {
 }
 
 // ValidName reports whether name can name a template (and its directory).
-func ValidName(name string) bool { return nameRE.MatchString(name) }
+func ValidName(name string) bool { return catalog.ValidName(name) }

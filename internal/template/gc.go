@@ -3,6 +3,8 @@ package template
 import (
 	"errors"
 	"fmt"
+	"github.com/moatsh/moat/internal/template/catalog"
+	"github.com/moatsh/moat/internal/template/rootfs"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -20,7 +22,7 @@ var errBusy = errors.New("in use")
 // sandboxes use its rootfs (or a replaced tree kept for them) or a build
 // of the name holds its lock (errdefs.ErrFailedPrecondition then).
 func RemoveTemplateFiles(dataDir, name string) error {
-	if !nameRE.MatchString(name) {
+	if !catalog.ValidName(name) {
 		return fmt.Errorf("template name %q: %w", name, errdefs.ErrInvalidArgument)
 	}
 	if _, err := removeUnused(Layout{DataDir: dataDir}, name); err != nil {
@@ -49,7 +51,7 @@ func removeUnused(lay Layout, name string) (int64, error) {
 	defer unlock()
 	trees, _ := filepath.Glob(filepath.Join(dir, oldDirPattern, "rootfs"))
 	for _, t := range append(trees, lay.RootfsDir(name)) {
-		inUse, err := inUseAsLowerdir(t)
+		inUse, err := rootfs.InUseAsLowerdir(t)
 		if err != nil {
 			return 0, err
 		}
@@ -58,7 +60,7 @@ func removeUnused(lay Layout, name string) (int64, error) {
 		}
 	}
 	n := DiskUsage(dir)
-	if err := removeTree(dir); err != nil {
+	if err := rootfs.RemoveTree(dir); err != nil {
 		return 0, err
 	}
 	return n, nil
@@ -87,7 +89,7 @@ func RemoveOrphans(dataDir string, keep map[string]bool, minAge time.Duration, l
 	var errs []error
 	for _, e := range entries {
 		name := e.Name()
-		if !e.IsDir() || keep[name] || !nameRE.MatchString(name) || changedSince(lay.TemplateDir(name), cutoff) {
+		if !e.IsDir() || keep[name] || !catalog.ValidName(name) || changedSince(lay.TemplateDir(name), cutoff) {
 			continue
 		}
 		n, err := removeUnused(lay, name)

@@ -7,7 +7,7 @@ import (
 	"syscall"
 )
 
-// tryLockFile takes the lock lockFile takes, without waiting: ok is false
+// tryLockFile takes the lock rootfs.LockFile takes, without waiting: ok is false
 // when another holder (a build, in any process) has it.
 func tryLockFile(path string) (unlock func(), ok bool, err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)

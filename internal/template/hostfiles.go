@@ -6,6 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/moatsh/moat/internal/template/catalog"
+	"github.com/moatsh/moat/internal/template/progress"
+	"github.com/moatsh/moat/internal/template/rootfs"
 	"io"
 	"io/fs"
 	"os"
@@ -36,7 +39,7 @@ var npmCommand = "npm"
 // their host paths (same order as def.Files). Cached package versions are
 // reused; others are fetched with `npm pack` (the host's npm configuration,
 // registry and cache apply) and extracted in Go.
-func fetchHostFiles(ctx context.Context, def Definition, lay Layout, prog *progress) ([]string, error) {
+func fetchHostFiles(ctx context.Context, def catalog.Definition, lay Layout, prog *progress.Progress) ([]string, error) {
 	out := make([]string, 0, len(def.Files))
 	for _, f := range def.Files {
 		p, err := fetchHostFile(ctx, f, lay, prog)
@@ -48,7 +51,7 @@ func fetchHostFiles(ctx context.Context, def Definition, lay Layout, prog *progr
 	return out, nil
 }
 
-func fetchHostFile(ctx context.Context, f HostFile, lay Layout, prog *progress) (string, error) {
+func fetchHostFile(ctx context.Context, f catalog.HostFile, lay Layout, prog *progress.Progress) (string, error) {
 	entry := lay.npmCacheEntry(f.NPM)
 	want := path.Base(f.Dest)
 	if f.Member != "" {
@@ -176,7 +179,7 @@ func writeExtracted(r io.Reader, dst string, size int64) error {
 
 // installHostFiles copies the fetched files (see fetchHostFiles) into the
 // rootfs at dir.
-func installHostFiles(dir string, def Definition, paths []string) error {
+func installHostFiles(dir string, def catalog.Definition, paths []string) error {
 	if len(def.Files) == 0 {
 		return nil
 	}
@@ -190,7 +193,7 @@ func installHostFiles(dir string, def Definition, paths []string) error {
 		if mode == 0 {
 			mode = 0o755
 		}
-		if err := installFile(root, strings.TrimPrefix(f.Dest, "/"), paths[i], mode&fs.ModePerm); err != nil {
+		if err := rootfs.InstallFile(root, strings.TrimPrefix(f.Dest, "/"), paths[i], mode&fs.ModePerm); err != nil {
 			return err
 		}
 	}

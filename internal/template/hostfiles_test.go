@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"github.com/moatsh/moat/internal/template/catalog"
+	"github.com/moatsh/moat/internal/template/progress"
 	"io"
 	"os"
 	"path/filepath"
@@ -116,15 +118,15 @@ func TestFetchAndInstallHostFiles(t *testing.T) {
 	writeTgz(t, tgz, denoLikeTarball)
 	calls := fakeNPM(t, tgz)
 	lay := Layout{DataDir: t.TempDir()}
-	def, _ := Lookup("code-interpreter-v1")
-	prog := newProgress(io.Discard, "test")
+	def, _ := catalog.Lookup("code-interpreter-v1")
+	prog := progress.New(io.Discard, "test")
 	defer prog.Close(nil)
 
 	paths, err := fetchHostFiles(context.Background(), def, lay, prog)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := filepath.Join(lay.DataDir, "cache", "npm", "deno+linux-x64-glibc@"+DenoVersion, "files", "deno")
+	want := filepath.Join(lay.DataDir, "cache", "npm", "deno+linux-x64-glibc@"+catalog.DenoVersion, "files", "deno")
 	if len(paths) != 1 || paths[0] != want {
 		t.Fatalf("paths = %v, want [%s]", paths, want)
 	}
@@ -155,8 +157,8 @@ func TestFetchHostFilesNPMFailure(t *testing.T) {
 	old := npmCommand
 	npmCommand = "/bin/false"
 	t.Cleanup(func() { npmCommand = old })
-	def, _ := Lookup("code-interpreter-v1")
-	prog := newProgress(io.Discard, "test")
+	def, _ := catalog.Lookup("code-interpreter-v1")
+	prog := progress.New(io.Discard, "test")
 	defer prog.Close(nil)
 	_, err := fetchHostFiles(context.Background(), def, Layout{DataDir: t.TempDir()}, prog)
 	if err == nil || !strings.Contains(err.Error(), "npm pack") {

@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/moatsh/moat/internal/template/catalog"
+	"github.com/moatsh/moat/internal/template/progress"
+	"github.com/moatsh/moat/internal/template/rootfs"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
@@ -33,19 +35,11 @@ type ImageSource struct {
 // (Env, WorkingDir, User, Entrypoint/Cmd) for later use, and the account
 // the build added.
 type ImageInfo struct {
-	Ref      string     `json:"ref"`
-	Digest   string     `json:"digest"`
-	Platform string     `json:"platform"`
-	Config   oci.Config `json:"config"`
-	User     Account    `json:"user"`
-}
-
-// Account is the sandbox user of a template.
-type Account struct {
-	Name  string `json:"name"`
-	UID   int    `json:"uid"`
-	GID   int    `json:"gid"`
-	Shell string `json:"shell"`
+	Ref      string         `json:"ref"`
+	Digest   string         `json:"digest"`
+	Platform string         `json:"platform"`
+	Config   oci.Config     `json:"config"`
+	User     rootfs.Account `json:"user"`
 }
 
 // ImageResult describes a finished BuildFromImage.
@@ -55,7 +49,7 @@ type ImageResult struct {
 }
 
 // imageBuildVersion is part of the cache key of image templates; bump it
-// when finalizeImage changes what it writes.
+// when rootfs.FinalizeImage changes what it writes.
 const imageBuildVersion = 1
 
 // OCICacheDir holds image blobs shared by all image builds (see package oci).
@@ -85,7 +79,7 @@ func (l Layout) imageWorkDir() string {
 func BuildFromImage(ctx context.Context, name string, src ImageSource, opts Options) (ImageResult, error) {
 	start := time.Now()
 	switch {
-	case !nameRE.MatchString(name):
+	case !catalog.ValidName(name):
 		return ImageResult{}, fmt.Errorf("template name %q: want lower-case letters, digits, '.', '_', '-' (max 63): %w",
 			name, errdefs.ErrInvalidArgument)
 	case src.Ref == "":
@@ -98,16 +92,16 @@ func BuildFromImage(ctx context.Context, name string, src ImageSource, opts Opti
 		log = slog.New(slog.DiscardHandler)
 	}
 	lay := Layout{DataDir: opts.DataDir}
-	if dyn, err := isDynamic(opts.EnvdPath); err != nil {
+	if dyn, err := rootfs.IsDynamic(opts.EnvdPath); err != nil {
 		return ImageResult{}, err
 	} else if dyn {
 		log.Warn("envd is dynamically linked; build it with CGO_ENABLED=0", "path", opts.EnvdPath)
 	}
-	envdSum, err := hostFileSHA256(opts.EnvdPath)
+	envdSum, err := rootfs.FileSHA256(opts.EnvdPath)
 	if err != nil {
 		return ImageResult{}, err
 	}
-	prog := newProgress(opts.Out, fmt.Sprintf("building template %s from image %s", name, src.Ref))
+	prog := progress.New(opts.Out, fmt.Sprintf("building template %s from image %s", name, src.Ref))
 	img, err := pullImage(ctx, lay, src, log)
 	if err != nil {
 		prog.Close(err)
@@ -147,21 +141,21 @@ func pullImage(ctx context.Context, lay Layout, src ImageSource, log *slog.Logge
 // buildImageRootfs unpacks (or, on a cache hit, refreshes) the rootfs and
 // records stamp and image info.
 func buildImageRootfs(ctx context.Context, name string, src ImageSource, img *oci.Image, lay Layout,
-	opts Options, envdSum string, res *ImageResult, prog *progress, log *slog.Logger) error {
+	opts Options, envdSum string, res *ImageResult, prog *progress.Progress, log *slog.Logger) error {
 	old, ok := readStamp(lay.StampPath(name))
 	if ok && old.CacheKey == res.Result.CacheKey && !opts.Force && isDir(res.Result.RootfsDir) {
-		unlock, err := lockFile(lay.LockPath(name))
+		unlock, err := rootfs.LockFile(lay.LockPath(name))
 		if err != nil {
 			return fmt.Errorf("lock: %w", err)
 		}
 		defer unlock()
 		res.Result.Cached = true
 		res.Result.BuildID = old.BuildID
-		cur, err := envdInRootfs(res.Result.RootfsDir)
+		cur, err := rootfs.InstalledEnvdSHA256(res.Result.RootfsDir)
 		if err != nil {
 			return err
 		}
-		if res.Image.User, err = finalizeImage(res.Result.RootfsDir, opts.EnvdPath); err != nil {
+		if res.Image.User, err = rootfs.FinalizeImage(res.Result.RootfsDir, opts.EnvdPath); err != nil {
 			return err
 		}
 		if opts.Prepare != nil {
@@ -185,7 +179,7 @@ func buildImageRootfs(ctx context.Context, name string, src ImageSource, img *oc
 		return fmt.Errorf("create work dir: %w", err)
 	}
 	defer func() {
-		if err := removeTree(work); err != nil {
+		if err := rootfs.RemoveTree(work); err != nil {
 			log.Error("remove build work dir", "dir", work, "err", err)
 		}
 	}()
@@ -246,25 +240,16 @@ func ReadImageInfo(dataDir, name string) (ImageInfo, error) {
 }
 
 // imageCacheKey names the rootfs an image produces: its manifest digest
-// and platform, and what finalizeImage adds.
+// and platform, and what rootfs.FinalizeImage adds.
 func imageCacheKey(img *oci.Image) string {
 	b, _ := json.Marshal(struct {
 		Version  int
 		Image    int
 		Digest   string
 		Platform string
-	}{BuildScriptVersion, imageBuildVersion, img.Digest, img.Platform})
+	}{catalog.BuildScriptVersion, imageBuildVersion, img.Digest, img.Platform})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
-}
-
-func envdInRootfs(rootfs string) (string, error) {
-	root, err := os.OpenRoot(rootfs)
-	if err != nil {
-		return "", fmt.Errorf("open rootfs: %w", err)
-	}
-	defer root.Close()
-	return rootfsFileSHA256(root, EnvdPathInRootfs)
 }
 
 // PullImage resolves src and makes its blobs available in the data
@@ -282,7 +267,7 @@ func PullImage(ctx context.Context, dataDir string, src ImageSource, log *slog.L
 
 // ImageCacheKey names what an image becomes once unpacked and finalized
 // (its manifest digest and platform, and the version of what
-// finalizeImage adds), without envd, whose hash the caller adds.
+// rootfs.FinalizeImage adds), without envd, whose hash the caller adds.
 func ImageCacheKey(img *oci.Image) string { return imageCacheKey(img) }
 
 // UnpackImage unpacks img (pulled with PullImage) into dst, an existing
@@ -290,7 +275,7 @@ func ImageCacheKey(img *oci.Image) string { return imageCacheKey(img) }
 // base directories, static files, envd and the sandbox user, without
 // running anything in it. maxSize caps the unpacked size (0:
 // oci.DefaultMaxSize).
-func UnpackImage(ctx context.Context, img *oci.Image, dst string, maxSize int64, envdPath string, log *slog.Logger) (Account, error) {
+func UnpackImage(ctx context.Context, img *oci.Image, dst string, maxSize int64, envdPath string, log *slog.Logger) (rootfs.Account, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -299,33 +284,7 @@ func UnpackImage(ctx context.Context, img *oci.Image, dst string, maxSize int64,
 		uopts = append(uopts, oci.WithMaxSize(maxSize))
 	}
 	if _, err := oci.Unpack(ctx, img.Layers, dst, uopts...); err != nil {
-		return Account{}, err
+		return rootfs.Account{}, err
 	}
-	return finalizeImage(dst, envdPath)
+	return rootfs.FinalizeImage(dst, envdPath)
 }
-
-// ReadAccount returns the sandbox user's account as the rootfs at dir
-// records it (errdefs.ErrNotFound when it has none).
-func ReadAccount(dir string) (Account, error) {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return Account{}, fmt.Errorf("open rootfs: %w", err)
-	}
-	defer root.Close()
-	passwd, err := readDB(root, "etc/passwd", "")
-	if err != nil {
-		return Account{}, fmt.Errorf("read /etc/passwd: %w", err)
-	}
-	u, ok := passwd.find(SandboxUser)
-	if !ok {
-		return Account{}, fmt.Errorf("no %s account in /etc/passwd: %w", SandboxUser, errdefs.ErrNotFound)
-	}
-	acc := Account{Name: SandboxUser, UID: u.id, GID: u.gid}
-	if f := strings.Split(u.line, ":"); len(f) == 7 {
-		acc.Shell = f[6]
-	}
-	return acc, nil
-}
-
-// EnvdSHA256 is the hex sha256 of the envd binary at path.
-func EnvdSHA256(path string) (string, error) { return hostFileSHA256(path) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/moatsh/moat/internal/template/rootfs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,21 +50,21 @@ func TestBuildFromImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("build from image: %v (%d registry requests)", time.Since(start), reg.Requests.Load())
-	rootfs := res.Result.RootfsDir
-	if res.Result.Cached || rootfs != (Layout{DataDir: opts.DataDir}).RootfsDir("tiny") {
+	dir := res.Result.RootfsDir
+	if res.Result.Cached || dir != (Layout{DataDir: opts.DataDir}).RootfsDir("tiny") {
 		t.Fatalf("result = %+v", res.Result)
 	}
-	checkRootfs(t, rootfs, opts.EnvdPath)
+	checkRootfs(t, dir, opts.EnvdPath)
 	want := map[string]string{
 		"etc/passwd": "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n",
 		"etc/group":  "root:x:0:\nuser:x:1000:\n",
 	}
 	for name, w := range want {
-		if b, _ := os.ReadFile(filepath.Join(rootfs, name)); string(b) != w {
+		if b, _ := os.ReadFile(filepath.Join(dir, name)); string(b) != w {
 			t.Errorf("%s = %q, want %q", name, b, w)
 		}
 	}
-	shadow, _ := os.ReadFile(filepath.Join(rootfs, "etc/shadow"))
+	shadow, _ := os.ReadFile(filepath.Join(dir, "etc/shadow"))
 	if !strings.Contains(string(shadow), "\nuser:!:") {
 		t.Errorf("etc/shadow = %q", shadow)
 	}
@@ -71,20 +72,20 @@ func TestBuildFromImage(t *testing.T) {
 		"etc/shadow": 0o640, "tmp": os.ModeDir | os.ModeSticky | 0o777, "home/user": os.ModeDir | 0o750,
 		"usr/local/bin/envd": 0o755, "etc/hosts": 0o644, "etc/resolv.conf": 0o644,
 	} {
-		fi, err := os.Lstat(filepath.Join(rootfs, name))
+		fi, err := os.Lstat(filepath.Join(dir, name))
 		if err != nil || fi.Mode() != mode {
 			t.Errorf("%s: mode %v, %v; want %v", name, fi.Mode(), err, mode)
 		}
 	}
 	var st syscall.Stat_t
-	if err := syscall.Lstat(filepath.Join(rootfs, "home/user"), &st); err != nil || st.Uid != 1000 || st.Gid != 1000 {
+	if err := syscall.Lstat(filepath.Join(dir, "home/user"), &st); err != nil || st.Uid != 1000 || st.Gid != 1000 {
 		t.Errorf("home/user owner %d:%d, %v", st.Uid, st.Gid, err)
 	}
-	if _, err := os.Lstat(filepath.Join(rootfs, "etc/sudoers.d")); err == nil {
+	if _, err := os.Lstat(filepath.Join(dir, "etc/sudoers.d")); err == nil {
 		t.Error("sudoers.d written without sudo")
 	}
 	// The image's own shell sees the account.
-	out, err := exec.Command("chroot", "--userspec=1000:1000", rootfs, "/bin/sh", "-c", "id -un; id -gn; cd ~user && pwd").CombinedOutput()
+	out, err := exec.Command("chroot", "--userspec=1000:1000", dir, "/bin/sh", "-c", "id -un; id -gn; cd ~user && pwd").CombinedOutput()
 	if err != nil || string(out) != "user\nuser\n/home/user\n" {
 		t.Errorf("id in rootfs: %q, %v", out, err)
 	}
@@ -95,7 +96,7 @@ func TestBuildFromImage(t *testing.T) {
 	}
 	wantInfo := ImageInfo{Ref: src.Ref, Digest: res.Image.Digest, Platform: "linux/amd64",
 		Config: oci.Config{Env: []string{"PATH=/bin:/usr/local/bin", "FOO=bar"}, WorkingDir: "/home/user", Cmd: []string{"/bin/sh"}},
-		User:   Account{Name: "user", UID: 1000, GID: 1000, Shell: "/bin/sh"}}
+		User:   rootfs.Account{Name: "user", UID: 1000, GID: 1000, Shell: "/bin/sh"}}
 	if fmt.Sprint(info) != fmt.Sprint(wantInfo) {
 		t.Errorf("image info = %+v\nwant %+v", info, wantInfo)
 	}
@@ -109,7 +110,7 @@ func TestBuildFromImage(t *testing.T) {
 	if !res2.Result.Cached || res2.Result.EnvdUpdated || res2.Result.BuildID != res.Result.BuildID || reg.BlobRequests.Load() != 0 {
 		t.Errorf("rebuild = %+v, %d blob requests", res2.Result, reg.BlobRequests.Load())
 	}
-	if b, _ := os.ReadFile(filepath.Join(rootfs, "etc/passwd")); string(b) != want["etc/passwd"] {
+	if b, _ := os.ReadFile(filepath.Join(dir, "etc/passwd")); string(b) != want["etc/passwd"] {
 		t.Errorf("rebuild changed etc/passwd: %q", b)
 	}
 	// A new image under the same tag replaces the rootfs.
@@ -121,7 +122,7 @@ func TestBuildFromImage(t *testing.T) {
 	if res3.Result.Cached || res3.Result.BuildID == res.Result.BuildID {
 		t.Errorf("new image: %+v", res3.Result)
 	}
-	if _, err := os.Stat(filepath.Join(rootfs, "etc/v2")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "etc/v2")); err != nil {
 		t.Error(err)
 	}
 }
@@ -141,24 +142,24 @@ func TestBuildFromImageExistingAccounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rootfs := res.Result.RootfsDir
+	dir := res.Result.RootfsDir
 	if u := res.Image.User; u.UID != 1001 || u.GID != 1001 {
 		t.Errorf("user = %+v, want 1001:1001 (1000 is node's)", u)
 	}
-	passwd, _ := os.ReadFile(filepath.Join(rootfs, "etc/passwd"))
+	passwd, _ := os.ReadFile(filepath.Join(dir, "etc/passwd"))
 	if want := "root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1000::/home/node:/bin/sh\nuser:x:1001:1001:user:/home/user:/bin/sh\n"; string(passwd) != want {
 		t.Errorf("passwd = %q", passwd)
 	}
 	var st syscall.Stat_t
-	_ = syscall.Lstat(filepath.Join(rootfs, "etc/shadow"), &st)
+	_ = syscall.Lstat(filepath.Join(dir, "etc/shadow"), &st)
 	if st.Gid != 42 || st.Mode&0o777 != 0o640 {
 		t.Errorf("shadow: gid %d mode %o", st.Gid, st.Mode&0o777)
 	}
-	sudoers, err := os.ReadFile(filepath.Join(rootfs, "etc/sudoers.d/user"))
+	sudoers, err := os.ReadFile(filepath.Join(dir, "etc/sudoers.d/user"))
 	if err != nil || string(sudoers) != "user ALL=(ALL:ALL) NOPASSWD: ALL\n" {
 		t.Errorf("sudoers: %q, %v", sudoers, err)
 	}
-	if fi, err := os.Stat(filepath.Join(rootfs, "etc/sudoers.d/user")); err != nil || fi.Mode() != 0o440 {
+	if fi, err := os.Stat(filepath.Join(dir, "etc/sudoers.d/user")); err != nil || fi.Mode() != 0o440 {
 		t.Errorf("sudoers mode: %v", err)
 	}
 }
@@ -200,20 +201,4 @@ func TestBuildFromImageFailuresLeaveNothing(t *testing.T) {
 	if b, _ := os.ReadFile("/etc/passwd"); strings.Contains(string(b), "pwned") {
 		t.Fatal("host /etc/passwd written")
 	}
-}
-
-func FuzzParseDB(f *testing.F) {
-	f.Add("root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n")
-	f.Add("# comment\n+nis\nbad\nx:y:-1:z\n")
-	f.Fuzz(func(t *testing.T, text string) {
-		d := &db{text: text, entries: parseDB(text)}
-		id := d.freeID(1000)
-		if id < 1000 || d.hasID(id) {
-			t.Fatalf("freeID = %d", id)
-		}
-		d.add(fmt.Sprintf("user:x:%d:%d::/home/user:/bin/sh", id, id))
-		if _, ok := d.find("user"); !ok || !d.hasID(id) {
-			t.Fatal("added user not found")
-		}
-	})
 }

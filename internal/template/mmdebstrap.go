@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/moatsh/moat/internal/template/catalog"
+	"github.com/moatsh/moat/internal/template/progress"
 	"io"
 	"os"
 	"os/exec"
@@ -24,7 +26,7 @@ var dpkgOptions = []string{"force-unsafe-io"}
 // mmdebstrapArgs returns the command line that builds def into target.
 // stepFiles are the scripts of def's steps (same order), aptCache the shared
 // .deb directory ("" disables it).
-func mmdebstrapArgs(def Definition, target string, stepFiles []string, aptCache string) []string {
+func mmdebstrapArgs(def catalog.Definition, target string, stepFiles []string, aptCache string) []string {
 	args := []string{
 		"--mode=root",
 		"--format=directory",
@@ -63,9 +65,9 @@ func shellQuote(s string) string {
 
 // writeSteps writes every step of def as a script in dir, announcing itself
 // so the progress output shows which step runs.
-func writeSteps(def Definition, dir string) ([]string, error) {
+func writeSteps(def catalog.Definition, dir string) ([]string, error) {
 	var files []string
-	for i, s := range def.steps() {
+	for i, s := range def.AllSteps() {
 		f := filepath.Join(dir, fmt.Sprintf("step-%02d-%s.sh", i, s.Name))
 		body := fmt.Sprintf("echo '==> step %s'\n%s\n", s.Name, s.Script)
 		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
@@ -96,7 +98,7 @@ func (t *tailBuffer) add(s string) {
 // merged) to prog and to logFile. On failure the error carries the last
 // output lines. Cancelling ctx sends SIGTERM first so that mmdebstrap can
 // unmount what it mounted inside the chroot.
-func runLogged(ctx context.Context, prog *progress, logFile io.Writer, name string, args ...string) error {
+func runLogged(ctx context.Context, prog *progress.Progress, logFile io.Writer, name string, args ...string) error {
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("run %s: %w", name, err)
@@ -107,7 +109,7 @@ func runLogged(ctx context.Context, prog *progress, logFile io.Writer, name stri
 	// mmdebstrap runs in its own process group. On cancel the whole group
 	// (apt, dpkg, hooks) gets SIGTERM, so mmdebstrap unmounts what it
 	// mounted in the chroot and exits; if it has not after killGrace, the
-	// group is killed and removeTree detaches the leftover mounts.
+	// group is killed and rootfs.RemoveTree detaches the leftover mounts.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var killTimer atomic.Pointer[time.Timer]
 	cmd.Cancel = func() error {

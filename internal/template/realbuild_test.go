@@ -2,6 +2,7 @@ package template
 
 import (
 	"context"
+	"github.com/moatsh/moat/internal/template/catalog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,7 +36,7 @@ func TestRealBuild(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	def, _ := Lookup("base")
+	def, _ := catalog.Lookup("base")
 	opts := Options{DataDir: dataDir, EnvdPath: envd, Out: os.Stderr}
 	res, err := Build(ctx, def, opts)
 	if err != nil {

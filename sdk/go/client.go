@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/moatsh/moat/api/rest"
 )
 
 // DefaultAPIURL is used when neither MOAT_API_URL nor E2B_API_URL is set.
@@ -138,34 +140,42 @@ const (
 	DefaultTimeout  = 300 * time.Second
 )
 
-// sandboxJSON is the wire form of Sandbox, SandboxDetail and ListedSandbox.
-type sandboxJSON struct {
-	SandboxID       string            `json:"sandboxID"`
-	TemplateID      string            `json:"templateID"`
-	Alias           string            `json:"alias,omitempty"`
-	ClientID        string            `json:"clientID"`
-	EnvdVersion     string            `json:"envdVersion"`
-	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
-	Domain          *string           `json:"domain,omitempty"`
-	StartedAt       time.Time         `json:"startedAt"`
-	EndAt           time.Time         `json:"endAt"`
-	State           string            `json:"state,omitempty"`
-	CPUCount        int               `json:"cpuCount,omitempty"`
-	MemoryMB        int               `json:"memoryMB,omitempty"`
-	DiskSizeMB      int               `json:"diskSizeMB,omitempty"`
-	Metadata        map[string]string `json:"metadata,omitempty"`
+// fromSandbox is the SandboxInfo of a create's or connect's answer (E2B's
+// Sandbox: IDs and the envd version).
+func fromSandbox(s rest.Sandbox) SandboxInfo {
+	return SandboxInfo{ID: s.SandboxID, TemplateID: s.TemplateID, Alias: deref(s.Alias), EnvdVersion: s.EnvdVersion}
 }
 
-func (s sandboxJSON) info() SandboxInfo {
-	return SandboxInfo{
-		ID: s.SandboxID, TemplateID: s.TemplateID, Alias: s.Alias, EnvdVersion: s.EnvdVersion,
-		StartedAt: s.StartedAt, EndAt: s.EndAt, State: s.State, CPUCount: s.CPUCount,
-		MemoryMB: s.MemoryMB, DiskSizeMB: s.DiskSizeMB, Metadata: s.Metadata,
+// fromDetail is the SandboxInfo of GET /sandboxes/{id}.
+func fromDetail(s rest.SandboxDetail) SandboxInfo {
+	return SandboxInfo{ID: s.SandboxID, TemplateID: s.TemplateID, Alias: deref(s.Alias), EnvdVersion: s.EnvdVersion,
+		StartedAt: s.StartedAt, EndAt: s.EndAt, State: string(s.State), CPUCount: int(s.CpuCount),
+		MemoryMB: int(s.MemoryMB), DiskSizeMB: int(s.DiskSizeMB), Metadata: metadata(s.Metadata)}
+}
+
+// fromListed is the SandboxInfo of one entry of GET /sandboxes.
+func fromListed(s rest.ListedSandbox) SandboxInfo {
+	return SandboxInfo{ID: s.SandboxID, TemplateID: s.TemplateID, Alias: deref(s.Alias), EnvdVersion: s.EnvdVersion,
+		StartedAt: s.StartedAt, EndAt: s.EndAt, State: string(s.State), CPUCount: int(s.CpuCount),
+		MemoryMB: int(s.MemoryMB), DiskSizeMB: int(s.DiskSizeMB), Metadata: metadata(s.Metadata)}
+}
+
+func metadata(m *rest.SandboxMetadata) map[string]string {
+	if m == nil {
+		return nil
 	}
+	return *m
 }
 
-func (c *Client) sandbox(s sandboxJSON) *Sandbox {
-	return &Sandbox{ID: s.SandboxID, Info: s.info(), AccessToken: s.EnvdAccessToken, client: c}
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func (c *Client) sandbox(info SandboxInfo, accessToken *string) *Sandbox {
+	return &Sandbox{ID: info.ID, Info: info, AccessToken: deref(accessToken), client: c}
 }
 
 // CreateSandbox starts a sandbox (POST /sandboxes, secure: envd requires the
@@ -186,53 +196,52 @@ func (c *Client) CreateSandbox(ctx context.Context, opts CreateOptions) (*Sandbo
 	if opts.AutoResume && !opts.AutoPause {
 		return nil, fmt.Errorf("create sandbox: AutoResume requires AutoPause: %w", ErrInvalidArgument)
 	}
-	in := map[string]any{
-		"templateID": opts.Template,
-		"timeout":    int(opts.Timeout / time.Second),
-		"secure":     true,
-	}
+	secure, timeout := true, int32(opts.Timeout/time.Second)
+	in := rest.NewSandbox{TemplateID: opts.Template, Timeout: &timeout, Secure: &secure}
 	if opts.Metadata != nil {
-		in["metadata"] = opts.Metadata
+		md := rest.SandboxMetadata(opts.Metadata)
+		in.Metadata = &md
 	}
 	if opts.EnvVars != nil {
-		in["envVars"] = opts.EnvVars
+		env := rest.EnvVars(opts.EnvVars)
+		in.EnvVars = &env
 	}
 	if opts.AutoPause {
-		in["autoPause"] = true
+		in.AutoPause = &opts.AutoPause
 	}
 	if opts.AutoResume {
-		in["autoResume"] = map[string]bool{"enabled": true}
+		in.AutoResume = &rest.SandboxAutoResumeConfig{Enabled: true}
 	}
-	var out sandboxJSON
+	var out rest.Sandbox
 	if err := c.do(ctx, http.MethodPost, "/sandboxes", in, http.StatusCreated, &out); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	if out.SandboxID == "" {
 		return nil, fmt.Errorf("create sandbox: answer without sandboxID: %w", ErrInternal)
 	}
-	return c.sandbox(out), nil
+	return c.sandbox(fromSandbox(out), out.EnvdAccessToken), nil
 }
 
 // GetSandbox returns a running or paused sandbox (GET /sandboxes/{id});
 // ErrNotFound when it does not exist.
 func (c *Client) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
-	var out sandboxJSON
+	var out rest.SandboxDetail
 	if err := c.do(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil, http.StatusOK, &out); err != nil {
 		return nil, fmt.Errorf("get sandbox %s: %w", id, err)
 	}
-	return c.sandbox(out), nil
+	return c.sandbox(fromDetail(out), out.EnvdAccessToken), nil
 }
 
 // ListSandboxes returns the running sandboxes (GET /sandboxes); paused
 // ones are not listed.
 func (c *Client) ListSandboxes(ctx context.Context) ([]SandboxInfo, error) {
-	var out []sandboxJSON
+	var out []rest.ListedSandbox
 	if err := c.do(ctx, http.MethodGet, "/sandboxes", nil, http.StatusOK, &out); err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
 	infos := make([]SandboxInfo, len(out))
 	for i, s := range out {
-		infos[i] = s.info()
+		infos[i] = fromListed(s)
 	}
 	return infos, nil
 }
@@ -248,7 +257,7 @@ func (c *Client) Kill(ctx context.Context, id string) error {
 
 // SetTimeout makes the sandbox expire d from now (POST /sandboxes/{id}/timeout).
 func (c *Client) SetTimeout(ctx context.Context, id string, d time.Duration) error {
-	in := map[string]int{"timeout": int(d / time.Second)}
+	in := rest.SandboxTimeoutRequest{Timeout: int32(d / time.Second)}
 	if err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/timeout", in, http.StatusNoContent, nil); err != nil {
 		return fmt.Errorf("set timeout of sandbox %s: %w", id, err)
 	}
@@ -277,8 +286,8 @@ func (c *Client) Connect(ctx context.Context, id string, timeout time.Duration) 
 	if timeout < time.Second {
 		return nil, false, fmt.Errorf("connect sandbox %s: timeout %s below 1s: %w", id, timeout, ErrInvalidArgument)
 	}
-	in := map[string]int{"timeout": int(timeout / time.Second)}
-	var out sandboxJSON
+	in := rest.ConnectSandbox{Timeout: int32(timeout / time.Second)}
+	var out rest.Sandbox
 	status, _, err := c.call(ctx, http.MethodPost, "/v2/sandboxes/"+url.PathEscape(id)+"/connect", in, &out,
 		http.StatusOK, http.StatusCreated)
 	if err != nil {
@@ -287,25 +296,28 @@ func (c *Client) Connect(ctx context.Context, id string, timeout time.Duration) 
 	if out.SandboxID == "" {
 		return nil, false, fmt.Errorf("connect sandbox %s: answer without sandboxID: %w", id, ErrInternal)
 	}
-	if out.State == "" {
-		out.State = "running"
-	}
-	return c.sandbox(out), status == http.StatusCreated, nil
+	info := fromSandbox(out)
+	info.State = "running"
+	return c.sandbox(info, out.EnvdAccessToken), status == http.StatusCreated, nil
 }
 
 // PoolInfo is one of the server's warm pools (moat serve --pool).
 type PoolInfo struct {
-	Template string `json:"template"`
-	Size     int    `json:"size"`  // members it keeps
-	Ready    int    `json:"ready"` // members ready now
+	Template string
+	Size     int // members it keeps
+	Ready    int // members ready now
 }
 
 // ListPools lists the server's warm pools (GET /moat/pools, a Moat
 // extension).
 func (c *Client) ListPools(ctx context.Context) ([]PoolInfo, error) {
-	var out []PoolInfo
+	var out []rest.MoatPool
 	if err := c.do(ctx, http.MethodGet, "/moat/pools", nil, http.StatusOK, &out); err != nil {
 		return nil, fmt.Errorf("list pools: %w", err)
 	}
-	return out, nil
+	pools := make([]PoolInfo, len(out))
+	for i, p := range out {
+		pools[i] = PoolInfo{Template: p.Template, Size: p.Size, Ready: p.Ready}
+	}
+	return pools, nil
 }

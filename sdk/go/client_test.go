@@ -82,6 +82,7 @@ func TestErrors(t *testing.T) {
 		{"bad request", 400, `{"code":400,"message":"timeout too large"}`, ErrInvalidArgument, "timeout too large"},
 		{"conflict", 409, `{"code":409,"message":"paused"}`, ErrConflict, "paused"},
 		{"rate", 429, `{"code":429,"message":"slow down"}`, ErrRateLimited, "slow down"},
+		{"disk full", 507, `{"code":507,"message":"not enough disk space available"}`, ErrNoSpace, "not enough disk space available"},
 		{"busy", 503, `{"code":503,"message":"no capacity"}`, ErrUnavailable, "no capacity"},
 		{"not implemented", 501, `{"code":501,"message":"no snapshots"}`, ErrNotImplemented, "no snapshots"},
 		{"plain text", 500, "boom", ErrInternal, "boom"},

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+
+	"github.com/moatsh/moat/api/rest"
 )
 
 // Error kinds. Every error returned by this package for a failed API or envd
@@ -20,6 +22,7 @@ var (
 	ErrNotFound        = errors.New("not found")
 	ErrConflict        = errors.New("conflict")
 	ErrRateLimited     = errors.New("rate limited")
+	ErrNoSpace         = errors.New("not enough disk space") // 507 from a sandbox's files API
 	ErrUnavailable     = errors.New("unavailable")
 	ErrNotImplemented  = errors.New("not implemented") // e.g. snapshots on the container runtime
 	ErrInternal        = errors.New("internal error")
@@ -59,6 +62,8 @@ func kindOfStatus(status int) error {
 		return ErrUnavailable
 	case status == http.StatusNotImplemented:
 		return ErrNotImplemented
+	case status == http.StatusInsufficientStorage:
+		return ErrNoSpace
 	default:
 		return ErrInternal
 	}
@@ -67,14 +72,11 @@ func kindOfStatus(status int) error {
 // parseAPIError builds an APIError from a response status and body.
 func parseAPIError(status int, body []byte) error {
 	e := &APIError{StatusCode: status, Code: status}
-	var wire struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}
+	var wire rest.Error
 	if json.Unmarshal(body, &wire) == nil && wire.Message != "" {
 		e.Message = wire.Message
 		if wire.Code != 0 {
-			e.Code = wire.Code
+			e.Code = int(wire.Code)
 		}
 	} else {
 		e.Message = strings.TrimSpace(string(body))

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/moatsh/moat/api/rest"
 )
 
 // SnapshotInfo describes a snapshot: a sandbox's memory and files frozen at
@@ -18,16 +20,12 @@ type SnapshotInfo struct {
 	CreatedAt time.Time // zero when the server did not say
 }
 
-// snapshotJSON is the wire form of SnapshotInfo.
-type snapshotJSON struct {
-	SnapshotID string    `json:"snapshotID"`
-	Names      []string  `json:"names"`
-	SandboxID  string    `json:"sandboxID"`
-	CreatedAt  time.Time `json:"createdAt"`
-}
-
-func (s snapshotJSON) info() SnapshotInfo {
-	return SnapshotInfo{ID: s.SnapshotID, Names: s.Names, SandboxID: s.SandboxID, CreatedAt: s.CreatedAt}
+func fromSnapshot(s rest.SnapshotInfo) SnapshotInfo {
+	info := SnapshotInfo{ID: s.SnapshotID, Names: s.Names, SandboxID: deref(s.SandboxID)}
+	if s.CreatedAt != nil {
+		info.CreatedAt = *s.CreatedAt
+	}
+	return info
 }
 
 // CreateSnapshot snapshots a running sandbox, which keeps running (POST
@@ -37,18 +35,18 @@ func (s snapshotJSON) info() SnapshotInfo {
 // ErrConflict when the sandbox is not running or the name is taken,
 // ErrNotFound when the sandbox does not exist.
 func (c *Client) CreateSnapshot(ctx context.Context, sandboxID, name string) (SnapshotInfo, error) {
-	in := map[string]string{}
+	var in rest.SandboxSnapshotRequest
 	if name != "" {
-		in["name"] = name
+		in.Name = &name
 	}
-	var out snapshotJSON
+	var out rest.SnapshotInfo
 	if err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(sandboxID)+"/snapshots", in, http.StatusCreated, &out); err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot sandbox %s: %w", sandboxID, err)
 	}
 	if out.SnapshotID == "" {
 		return SnapshotInfo{}, fmt.Errorf("snapshot sandbox %s: answer without snapshotID: %w", sandboxID, ErrInternal)
 	}
-	return out.info(), nil
+	return fromSnapshot(out), nil
 }
 
 // maxSnapshotPages bounds ListSnapshots against a server that never stops
@@ -73,13 +71,13 @@ func (c *Client) ListSnapshots(ctx context.Context, sandboxID string) ([]Snapsho
 		if len(q) > 0 {
 			path += "?" + q.Encode()
 		}
-		var out []snapshotJSON
+		var out []rest.SnapshotInfo
 		_, h, err := c.call(ctx, http.MethodGet, path, nil, &out, http.StatusOK)
 		if err != nil {
 			return nil, fmt.Errorf("list snapshots: %w", err)
 		}
 		for _, s := range out {
-			infos = append(infos, s.info())
+			infos = append(infos, fromSnapshot(s))
 		}
 		next := h.Get("X-Next-Token")
 		if next == "" {

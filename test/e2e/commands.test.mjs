@@ -74,6 +74,12 @@ test('user: default user is "user", root on request', { timeout: 120_000 }, asyn
   assert.equal((await within(60_000, 'whoami root', () => sbx.commands.run('whoami', { user: 'root' }))).stdout.trim(), 'root')
   assert.equal((await within(60_000, 'whoami user', () => sbx.commands.run('whoami', { user: 'user' }))).stdout.trim(), 'user')
   assert.equal((await within(60_000, 'HOME root', () => sbx.commands.run('echo $HOME', { user: 'root' }))).stdout.trim(), '/root')
+  // The login shell's /etc/profile picks PATH by effective uid (Moat's
+  // templates ask bash's EUID instead of forking id -u: same result).
+  const rootPath = (await run(sbx, 'echo $PATH', { user: 'root' })).stdout.trim().split(':')
+  const userPath = (await run(sbx, 'echo $PATH')).stdout.trim().split(':')
+  assert.ok(rootPath.includes('/usr/sbin'), `root's PATH ${rootPath}`)
+  assert.ok(userPath.includes('/usr/bin') && !userPath.includes('/usr/sbin'), `user's PATH ${userPath}`)
 })
 
 test('background command: wait, stdout, stderr, exit code', { timeout: 120_000 }, async () => {
@@ -103,8 +109,12 @@ test('kill a background process', { timeout: 120_000 }, async () => {
   assert.equal(await within(30_000, 'kill', () => h.kill()), true)
   const res = await within(30_000, 'wait after kill', () => h.wait()).catch((e) => e)
   assert.ok(res instanceof CommandExitError || res.exitCode !== 0, 'killed process does not exit 0')
-  await sleep(200)
-  const after = await within(30_000, 'list after kill', () => sbx.commands.list())
+  // The kill is reported before envd has reaped the process: poll the list.
+  let after
+  for (const deadline = Date.now() + 10_000; ; await sleep(50)) {
+    after = await within(30_000, 'list after kill', () => sbx.commands.list())
+    if (!after.some((p) => p.pid === h.pid) || Date.now() > deadline) break
+  }
   assert.ok(!after.some((p) => p.pid === h.pid), 'killed process is no longer listed')
   assert.equal(await within(30_000, 'kill again', () => sbx.commands.kill(h.pid)), false, 'kill of a gone pid is false')
 })

@@ -208,6 +208,8 @@ export function exportSdkEnv(url, apiKey) {
   process.env.E2B_API_URL = origin
   process.env.E2B_SANDBOX_URL = origin
   process.env.E2B_API_KEY = apiKey
+  // The volume content API (Volume#readFile etc.) is served by moat too.
+  process.env.E2B_VOLUME_API_URL = origin
   // Never let a developer's E2B_DOMAIN / E2B_DEBUG leak into the run.
   delete process.env.E2B_DEBUG
 }

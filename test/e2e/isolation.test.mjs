@@ -235,10 +235,24 @@ test('a fork bomb leaves the host and another sandbox working', { timeout: 300_0
   // Refuse to run a fork bomb without a pids limit: on a shared host it
   // would exhaust the host's PIDs (pid_max), which is the failure itself.
   assert.ok(limit !== null && limit < 32768, `no pids limit on the sandbox (found ${limit}); not running the fork bomb`)
+  // The bomb ends when this file appears (written through envd, which
+  // needs no fork): `timeout` alone does not end it, as bomb processes
+  // forked while it signals its process group survive.
+  const stop = '/tmp/stop-bomb'
   const bomb = await within(30_000, 'start bomb', () =>
-    victim.commands.run("timeout -s KILL 15 bash -c ':(){ :|:& };:'", { background: true, timeoutMs: 0 }))
+    victim.commands.run(`timeout -s KILL 60 bash -c ':(){ [ -e ${stop} ] && exit; :|:& };:'`, { background: true, timeoutMs: 0 }))
   try {
     await sleep(5000)
+    // envd must outlive the bomb: concurrent writes and commands make it
+    // start threads while its sandbox sits at the pids limit (a Go
+    // program that cannot start a thread dies, and envd with it). The
+    // commands themselves may fail to fork; that is the bomb's effect.
+    for (let round = 0; round < 3; round++) {
+      const hammer = []
+      for (let j = 0; j < 16; j++) hammer.push(victim.files.write(`/tmp/hammer${j}`, 'y'.repeat(65536)).catch(() => {}))
+      for (let j = 0; j < 8; j++) hammer.push(victim.commands.run('true', { timeoutMs: 20_000 }).catch(() => {}))
+      await within(60_000, 'requests to the bombed sandbox', () => Promise.all(hammer))
+    }
     const t0 = Date.now()
     const r = await run(B, 'echo alive', {}, 60_000)
     assert.equal(r.stdout, 'alive\n')
@@ -248,6 +262,17 @@ test('a fork bomb leaves the host and another sandbox working', { timeout: 300_0
     assert.equal(execFileSync('echo', ['host-ok']).toString(), 'host-ok\n')
   } finally {
     await bomb.kill().catch(() => {})
+    await victim.files.write(stop, '').catch(() => {})
+    // Once the bomb is over the victim itself works again: envd survived it.
+    if (!gvisor) {
+      const deadline = Date.now() + 60_000
+      let out = ''
+      while (Date.now() < deadline && out !== 'survived\n') {
+        out = await run(victim, 'echo survived', {}, 20_000).then((x) => x.stdout, (e) => String(e))
+        if (out !== 'survived\n') await sleep(1000)
+      }
+      assert.equal(out, 'survived\n', 'the bombed sandbox does not answer after its bomb ended')
+    }
     // Killing the sandbox must reap every bomb process. On gVisor the
     // bomb may already have taken its sandbox down (gone: kill is false).
     const killed = await within(60_000, 'kill victim', () => victim.kill())

@@ -1,6 +1,6 @@
 // Sandbox lifecycle through the control-plane API: create, getInfo, list with
 // metadata filter and pagination, setTimeout, kill, isRunning, expiry, and
-// the not-found paths.
+// the not-found paths, and a stream open while the sandbox is killed.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
@@ -139,6 +139,24 @@ test('a sandbox created with timeoutMs 10000 is gone after ~12 s', { timeout: 12
   await assert.rejects(within(30_000, 'getInfo expired', () => Sandbox.getInfo(id)), SandboxNotFoundError)
   const ids = (await within(30_000, 'list', () => Sandbox.list().nextItems())).map((s) => s.sandboxId)
   assert.ok(!ids.includes(id), 'expired sandbox is not listed')
+})
+
+// The proxy closes its connections to a sandbox once it is removed: a
+// command stream open through it ends when another client kills the
+// sandbox, instead of hanging until TCP gives up (~165 s seen on gVisor,
+// whose netstack never resets them).
+test('a commands.run stream ends promptly when another client kills the sandbox', { timeout: 120_000 }, async (t) => {
+  const sbx = await createSandbox(t)
+  const stream = sbx.commands.run('sleep 600', { timeoutMs: 0 }).then(
+    (r) => ({ resolved: r }),
+    (err) => ({ err }),
+  )
+  await sleep(2_000) // the stream is open through the proxy
+  const killedAt = Date.now()
+  assert.equal(await within(30_000, 'kill from another client', () => Sandbox.kill(sbx.sandboxId)), true)
+  const outcome = await within(60_000, 'the command stream after the kill', stream)
+  t.diagnostic(`stream ended ${Date.now() - killedAt} ms after the kill: ${outcome.err?.name ?? 'resolved'}`)
+  assert.ok(outcome.err, `the killed sandbox's command resolved: ${JSON.stringify(outcome.resolved)}`)
 })
 
 test('unknown IDs: getInfo/connect throw SandboxNotFoundError, kill returns false', { timeout: 60_000 }, async () => {

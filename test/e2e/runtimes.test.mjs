@@ -5,7 +5,8 @@
 // kernel tells them apart: the container shares the host's, gVisor shows
 // its own (uname and dmesg), the microVM boots another. A kill -9 of the
 // server and a restart adopts all three, and nothing leaks once they are
-// killed. MOAT_E2E_RUNTIME is ignored: the suite picks its own runtimes.
+// killed; a restart with one runtime leaves the others' sandboxes alone
+// in between. MOAT_E2E_RUNTIME is ignored: the suite picks its own runtimes.
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import os from 'node:os'
@@ -92,6 +93,28 @@ test('container, gVisor and microVM sandboxes side by side; kill -9 and restart 
   }
 
   const port = server.port
+  // A server restarted with the first runtime only leaves the others'
+  // sandboxes alone: still listed, answered 503 naming their runtime, and
+  // still running for the restart with every runtime below to adopt.
+  if (runtimes.length > 1) {
+    const all = server.extraArgs
+    await server.kill9()
+    server.port = port
+    server.extraArgs = ['--runtime', runtimes[0]]
+    try {
+      await server.start()
+      exportSdkEnv(server.url, server.apiKey)
+      for (const rt of runtimes.slice(1)) {
+        await assert.rejects(within(30_000, `getInfo of ${rt} on a ${runtimes[0]}-only server`, () => Sandbox.getInfo(sbxs[rt].sandboxId)),
+          (err) => err.message.includes(`the ${rt} runtime, which is not enabled`), `${rt} sandbox is answered 503`)
+      }
+      const kept = await within(60_000, 'list on a one-runtime server', () => Sandbox.list({ query: { metadata: { tag } } }).nextItems())
+      assert.deepEqual(kept.map((s) => s.sandboxId).sort(), runtimes.map((rt) => sbxs[rt].sandboxId).sort(),
+        'the other runtimes\' sandboxes are still listed')
+    } finally {
+      server.extraArgs = all
+    }
+  }
   await server.kill9()
   server.port = port
   await server.start()

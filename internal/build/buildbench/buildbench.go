@@ -25,6 +25,9 @@ type Config struct {
 	Progress io.Writer
 	// BuildLog, when set, gets every build's log.
 	BuildLog io.Writer
+	// OCIRuntime forces the build sandboxes' "runc" or "crun" ("" = the
+	// container backend's pick).
+	OCIRuntime string
 }
 
 // Report holds the samples of each kind of build.

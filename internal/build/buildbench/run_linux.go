@@ -94,7 +94,7 @@ func (e *env) start(ctx context.Context, scratch string, log *slog.Logger) (stop
 		e.db.Close()
 		return nil, err
 	}
-	rt, err := container.New(ctx, runtime.Config{DataDir: scratch, Logger: log},
+	rt, err := container.New(ctx, runtime.Config{DataDir: scratch, Logger: log, Backends: runtime.Backends{OCIRuntime: e.cfg.OCIRuntime}},
 		container.WithNetwork(np), container.WithStateRoot(stateRoot), container.WithCgroupParent(cgroupParent))
 	if err != nil {
 		np.Close()

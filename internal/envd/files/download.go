@@ -2,7 +2,6 @@ package files
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"mime"
@@ -11,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/gzip"
@@ -155,32 +155,43 @@ func openRegular(p string) (*os.File, fs.FileInfo, error) {
 	fi, err := os.Stat(p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, nil, fmt.Errorf("path '%s' does not exist: %w", p, errdefs.ErrNotFound)
+		return nil, nil, errdefs.Publicf(errdefs.ErrNotFound, "path '%s' does not exist", p)
 	case err != nil:
-		return nil, nil, fmt.Errorf("stat '%s': %w", p, statKind(err))
+		return nil, nil, errdefs.PublicWrap(statKind(err), "stat '%s'", p)
 	case fi.IsDir():
-		return nil, nil, fmt.Errorf("path '%s' is a directory: %w", p, errdefs.ErrInvalidArgument)
+		return nil, nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "path '%s' is a directory", p)
 	case !fi.Mode().IsRegular():
-		return nil, nil, fmt.Errorf("path '%s' is not a regular file: %w", p, errdefs.ErrInvalidArgument)
+		return nil, nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "path '%s' is not a regular file", p)
 	}
 	f, err := os.Open(p)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open '%s': %w", p, statKind(err))
+		return nil, nil, errdefs.PublicWrap(statKind(err), "open '%s'", p)
 	}
 	return f, fi, nil
 }
 
-// statKind gives a file-system error its errdefs kind.
+// statKind gives a file-system error its errdefs kind, with the system's
+// text for it ("permission denied") as the public text of a client error.
 func statKind(err error) error {
+	var kind error
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return errors.Join(err, errdefs.ErrNotFound)
+		kind = errdefs.ErrNotFound
 	case errors.Is(err, fs.ErrPermission):
-		return errors.Join(err, errdefs.ErrPermissionDenied)
+		kind = errdefs.ErrPermissionDenied
 	case errors.Is(err, errNotDir), errors.Is(err, errNameTooLong):
-		return errors.Join(err, errdefs.ErrInvalidArgument)
+		kind = errdefs.ErrInvalidArgument
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		// E2B envd's text for it.
+		return errors.Join(err, errdefs.Public(errdefs.ErrNoSpace, "not enough disk space available"))
+	default:
+		return errors.Join(err, errdefs.ErrInternal)
 	}
-	return errors.Join(err, errdefs.ErrInternal)
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errors.Join(err, errdefs.Public(kind, errno.Error()))
+	}
+	return errors.Join(err, kind)
 }
 
 // chooseEncoding picks gzip or identity from an Accept-Encoding header; ok

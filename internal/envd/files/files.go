@@ -8,7 +8,6 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"github.com/moatsh/moat/internal/envd/state"
 	"github.com/moatsh/moat/internal/envd/users"
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/errdefs/errhttp"
 )
 
 // ChownFunc gives a created file or directory to u.
@@ -80,7 +80,7 @@ func (h *Handler) authorize(r *http.Request, operation string) error {
 	}
 	if got := r.Header.Get("X-Access-Token"); got != "" {
 		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			return fmt.Errorf("access token present in header but does not match: %w", errdefs.ErrUnauthenticated)
+			return errdefs.Publicf(errdefs.ErrUnauthenticated, "access token present in header but does not match")
 		}
 		return nil
 	}
@@ -124,41 +124,41 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// writeErr maps err's kind to a status and writes it.
+// writeErr writes err with the status of its kind (errhttp's table, the
+// same as the REST API's) and its public text; 5xx errors are logged whole
+// and answered with a generic text.
 func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
-	code := StatusOf(err)
+	err = fsKind(err)
+	code := errhttp.ToHTTP(err)
 	if code >= 500 {
-		h.log.Error("files request failed", "method", r.Method, "err", err)
+		h.log.Error("files request failed", "method", r.Method, "code", code, "err", err)
 	} else {
 		h.log.Debug("files request rejected", "method", r.Method, "code", code, "err", err)
 	}
+	msg := errhttp.Message(err)
 	var se *signature.Error
-	msg := err.Error()
 	if errors.As(err, &se) {
 		msg = se.Error()
 	}
 	WriteError(w, code, msg)
 }
 
-// StatusOf maps an error to the HTTP status envd answers with.
-func StatusOf(err error) int {
-	switch {
-	case errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
-		return http.StatusInsufficientStorage
-	case errors.Is(err, errdefs.ErrUnauthenticated):
-		return http.StatusUnauthorized
-	case errors.Is(err, errdefs.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, errdefs.ErrInvalidArgument), errors.Is(err, errdefs.ErrConflict),
-		errors.Is(err, errdefs.ErrAlreadyExists), errors.Is(err, errdefs.ErrFailedPrecondition):
-		return http.StatusBadRequest
-	case errors.Is(err, errdefs.ErrPermissionDenied), errors.Is(err, os.ErrPermission):
-		return http.StatusForbidden
-	case errors.Is(err, errdefs.ErrResourceExhausted):
-		return http.StatusInsufficientStorage
-	case errors.Is(err, errdefs.ErrNotImplemented):
-		return http.StatusNotImplemented
-	default:
-		return http.StatusInternalServerError
+// StatusOf is the HTTP status envd answers err with.
+func StatusOf(err error) int { return errhttp.ToHTTP(fsKind(err)) }
+
+// fsKind gives an error that still has no kind one from the system error
+// it wraps, if any.
+func fsKind(err error) error {
+	for _, k := range errdefs.Kinds() {
+		if errors.Is(err, k) {
+			return err
+		}
 	}
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return errors.Join(err, errdefs.ErrNoSpace)
+	case errors.Is(err, os.ErrPermission):
+		return errors.Join(err, errdefs.ErrPermissionDenied)
+	}
+	return err
 }

@@ -35,13 +35,13 @@ func parseMetadata(h http.Header) (map[string]string, error) {
 		val := strings.Join(vals, ", ")
 		switch {
 		case len(key) > maxMetaKey:
-			return nil, fmt.Errorf("metadata key %.20q... is longer than %d bytes: %w", key, maxMetaKey, errdefs.ErrInvalidArgument)
+			return nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "metadata key %.20q... is longer than %d bytes", key, maxMetaKey)
 		case !printable(key) || !printable(val):
-			return nil, fmt.Errorf("metadata %q must be printable ASCII: %w", key, errdefs.ErrInvalidArgument)
+			return nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "metadata %q must be printable ASCII", key)
 		}
 		total += len(key) + len(val)
 		if total > maxMetaTotal {
-			return nil, fmt.Errorf("metadata is larger than %d bytes: %w", maxMetaTotal, errdefs.ErrInvalidArgument)
+			return nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "metadata is larger than %d bytes", maxMetaTotal)
 		}
 		if out == nil {
 			out = map[string]string{}

@@ -3,7 +3,6 @@ package files
 import (
 	"compress/gzip"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"mime"
@@ -23,9 +22,6 @@ var (
 	errNotDir      = syscall.ENOTDIR
 	errNameTooLong = syscall.ENAMETOOLONG
 )
-
-// noSpaceMsg is E2B envd's message for ENOSPC.
-const noSpaceMsg = "not enough disk space available"
 
 // EntryInfo describes an uploaded file in the POST /files answer.
 type EntryInfo struct {
@@ -68,19 +64,14 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 	case "application/octet-stream":
 		err = up.octetStream(r, body)
 	default:
-		err = fmt.Errorf("unsupported content type %q: %w", r.Header.Get("Content-Type"), errdefs.ErrInvalidArgument)
+		err = errdefs.Publicf(errdefs.ErrInvalidArgument, "unsupported content type %q", r.Header.Get("Content-Type"))
 	}
 	if err != nil {
-		if StatusOf(err) == http.StatusInsufficientStorage {
-			h.log.Warn("upload failed: disk full", "err", err)
-			WriteError(w, http.StatusInsufficientStorage, noSpaceMsg)
-			return
-		}
 		h.writeErr(w, r, err)
 		return
 	}
 	if len(up.out) == 0 {
-		h.writeErr(w, r, fmt.Errorf("no file part in upload: %w", errdefs.ErrInvalidArgument))
+		h.writeErr(w, r, errdefs.Publicf(errdefs.ErrInvalidArgument, "no file part in upload"))
 		return
 	}
 	writeJSON(w, http.StatusOK, up.out)
@@ -94,18 +85,18 @@ func decodedBody(r *http.Request) (io.Reader, error) {
 	case "gzip", "x-gzip":
 		zr, err := gzip.NewReader(r.Body)
 		if err != nil {
-			return nil, fmt.Errorf("gzip body: %v: %w", err, errdefs.ErrInvalidArgument)
+			return nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "gzip body: %v", err)
 		}
 		return zr, nil
 	default:
-		return nil, fmt.Errorf("unsupported content encoding %q: %w", enc, errdefs.ErrInvalidArgument)
+		return nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "unsupported content encoding %q", enc)
 	}
 }
 
 func (up *upload) octetStream(r *http.Request, body io.Reader) error {
 	p := r.URL.Query().Get("path")
 	if p == "" {
-		return fmt.Errorf("path query parameter is required for application/octet-stream: %w", errdefs.ErrInvalidArgument)
+		return errdefs.Publicf(errdefs.ErrInvalidArgument, "path query parameter is required for application/octet-stream")
 	}
 	return up.write(p, body)
 }
@@ -113,7 +104,7 @@ func (up *upload) octetStream(r *http.Request, body io.Reader) error {
 func (up *upload) multipart(r *http.Request, body io.Reader) error {
 	_, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || params["boundary"] == "" {
-		return fmt.Errorf("multipart upload without boundary: %w", errdefs.ErrInvalidArgument)
+		return errdefs.Publicf(errdefs.ErrInvalidArgument, "multipart upload without boundary")
 	}
 	mr := multipart.NewReader(body, params["boundary"])
 	queryPath := r.URL.Query().Get("path")
@@ -123,7 +114,7 @@ func (up *upload) multipart(r *http.Request, body io.Reader) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("read multipart body: %v: %w", err, errdefs.ErrInvalidArgument)
+			return errdefs.Publicf(errdefs.ErrInvalidArgument, "read multipart body: %v", err)
 		}
 		_, cd, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
 		if cd["name"] != "file" {
@@ -134,7 +125,7 @@ func (up *upload) multipart(r *http.Request, body io.Reader) error {
 			dest = cd["filename"]
 		}
 		if dest == "" {
-			return fmt.Errorf("file part without filename and no path query parameter: %w", errdefs.ErrInvalidArgument)
+			return errdefs.Publicf(errdefs.ErrInvalidArgument, "file part without filename and no path query parameter")
 		}
 		if err := up.write(dest, part); err != nil {
 			return err
@@ -149,18 +140,18 @@ func (up *upload) write(p string, src io.Reader) error {
 		return err
 	}
 	if up.written[abs] {
-		return fmt.Errorf("path '%s' is written twice in one upload: %w", abs, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf(errdefs.ErrInvalidArgument, "path '%s' is written twice in one upload", abs)
 	}
 	up.written[abs] = true
 	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
-		return fmt.Errorf("path '%s' is a directory: %w", abs, errdefs.ErrInvalidArgument)
+		return errdefs.Publicf(errdefs.ErrInvalidArgument, "path '%s' is a directory", abs)
 	}
 	if err := up.mkdirAll(filepath.Dir(abs)); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(abs, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
 	if err != nil {
-		return fmt.Errorf("open '%s' for writing: %w", abs, statKind(err))
+		return errdefs.PublicWrap(statKind(err), "open '%s' for writing", abs)
 	}
 	_, cerr := io.CopyBuffer(f, src, make([]byte, copyBuf))
 	if cerr == nil {
@@ -173,7 +164,7 @@ func (up *upload) write(p string, src io.Reader) error {
 		cerr = err
 	}
 	if cerr != nil {
-		return fmt.Errorf("write '%s': %w", abs, uploadKind(cerr))
+		return errdefs.PublicWrap(uploadKind(cerr), "write '%s'", abs)
 	}
 	up.out = append(up.out, EntryInfo{Path: abs, Name: filepath.Base(abs), Type: "file", Metadata: up.meta})
 	return nil
@@ -185,11 +176,11 @@ func uploadKind(err error) error {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return err
+		return statKind(err)
 	case errors.As(err, &mbe):
 		return errors.Join(err, errdefs.ErrResourceExhausted)
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, gzipErrChecksum), errors.Is(err, gzipErrHeader):
-		return errors.Join(err, errdefs.ErrInvalidArgument)
+		return errors.Join(err, errdefs.Public(errdefs.ErrInvalidArgument, "read upload: "+err.Error()))
 	case kindOf(err) != nil:
 		return err
 	}
@@ -203,8 +194,7 @@ var (
 
 // kindOf returns err's errdefs kind, if any.
 func kindOf(err error) error {
-	for _, k := range []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrPermissionDenied,
-		errdefs.ErrUnauthenticated, errdefs.ErrInternal, errdefs.ErrResourceExhausted} {
+	for _, k := range errdefs.Kinds() {
 		if errors.Is(err, k) {
 			return k
 		}
@@ -218,12 +208,12 @@ func (up *upload) mkdirAll(dir string) error {
 	fi, err := os.Stat(dir)
 	if err == nil {
 		if !fi.IsDir() {
-			return fmt.Errorf("parent '%s' is not a directory: %w", dir, errdefs.ErrInvalidArgument)
+			return errdefs.Publicf(errdefs.ErrInvalidArgument, "parent '%s' is not a directory", dir)
 		}
 		return nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("stat '%s': %w", dir, statKind(err))
+		return errdefs.PublicWrap(statKind(err), "stat '%s'", dir)
 	}
 	if parent := filepath.Dir(dir); parent != dir {
 		if err := up.mkdirAll(parent); err != nil {
@@ -231,10 +221,10 @@ func (up *upload) mkdirAll(dir string) error {
 		}
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("create directory '%s': %w", dir, uploadKind(err))
+		return errdefs.PublicWrap(uploadKind(err), "create directory '%s'", dir)
 	}
 	if err := up.h.cfg.Chown(dir, up.u); err != nil {
-		return fmt.Errorf("chown directory '%s': %w", dir, statKind(err))
+		return errdefs.PublicWrap(uploadKind(err), "chown directory '%s'", dir)
 	}
 	return nil
 }

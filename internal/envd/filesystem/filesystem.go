@@ -109,7 +109,9 @@ func osError(msg, path string, err error) error {
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR),
 		errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.EINVAL):
 		kind = errdefs.ErrInvalidArgument
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.ENOMEM):
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		kind = errdefs.ErrNoSpace
+	case errors.Is(err, syscall.ENOMEM):
 		kind = errdefs.ErrResourceExhausted
 	case errors.Is(err, syscall.EXDEV), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EBUSY):
 		kind = errdefs.ErrFailedPrecondition

@@ -409,7 +409,8 @@ func TestOSErrorKinds(t *testing.T) {
 		{&fs.PathError{Op: "mkdir", Path: "/x", Err: syscall.EEXIST}, errdefs.ErrAlreadyExists},
 		{&fs.PathError{Op: "stat", Path: "/x", Err: syscall.ELOOP}, errdefs.ErrFailedPrecondition},
 		{&fs.PathError{Op: "mkdir", Path: "/x", Err: syscall.ENOTDIR}, errdefs.ErrInvalidArgument},
-		{&fs.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC}, errdefs.ErrResourceExhausted},
+		{&fs.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC}, errdefs.ErrNoSpace},
+		{&fs.PathError{Op: "write", Path: "/x", Err: syscall.ENOMEM}, errdefs.ErrResourceExhausted},
 		{&fs.PathError{Op: "read", Path: "/x", Err: syscall.EIO}, errdefs.ErrInternal},
 	}
 	for _, tt := range tests {

@@ -5,7 +5,6 @@
 package paths
 
 import (
-	"fmt"
 	"path/filepath"
 	"strings"
 
@@ -19,10 +18,10 @@ const MaxLen = 4096
 // home; workdir is the default for an empty path ("" = home).
 func Resolve(p, home, workdir string) (string, error) {
 	if len(p) > MaxLen {
-		return "", fmt.Errorf("path too long (%d bytes): %w", len(p), errdefs.ErrInvalidArgument)
+		return "", errdefs.Publicf(errdefs.ErrInvalidArgument, "path too long (%d bytes)", len(p))
 	}
 	if strings.IndexByte(p, 0) >= 0 {
-		return "", fmt.Errorf("path contains a NUL byte: %w", errdefs.ErrInvalidArgument)
+		return "", errdefs.Publicf(errdefs.ErrInvalidArgument, "path contains a NUL byte")
 	}
 	// home and workdir come from configuration; anchor them so that a
 	// misconfigured relative value can never yield a relative result.
@@ -41,7 +40,7 @@ func Resolve(p, home, workdir string) (string, error) {
 	case strings.HasPrefix(p, "~/"):
 		return filepath.Join(home, p[2:]), nil
 	case strings.HasPrefix(p, "~"):
-		return "", fmt.Errorf("path %q: home directories of other users are not supported: %w", p, errdefs.ErrInvalidArgument)
+		return "", errdefs.Publicf(errdefs.ErrInvalidArgument, "path %q: home directories of other users are not supported", p)
 	case filepath.IsAbs(p):
 		return filepath.Clean(p), nil
 	default:

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/errdefs/errhttp"
 )
 
 // Metrics is the body of GET /metrics (E2B envd's field names).
@@ -45,7 +46,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	m, err := s.metrics.collect("/proc", "/")
 	if err != nil {
 		s.log.Warn("collect metrics", "err", err)
-		writeError(w, http.StatusInternalServerError, err.Error())
+		writeError(w, http.StatusInternalServerError, errhttp.Generic(err))
 		return
 	}
 	writeJSON(w, http.StatusOK, m)

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/moatsh/moat/internal/envd/files"
 	"github.com/moatsh/moat/internal/envd/state"
+	"github.com/moatsh/moat/internal/envd/truststore"
 )
 
 // maxInitBody bounds the body of POST /init.
@@ -150,14 +153,47 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if in.EgressCA != "" {
+		if !s.trustEgressCA(w, &in) {
+			return
+		}
+		w.Header().Set(state.EgressCAHeader, state.EgressCAInstalled)
+	}
 	if s.st.Apply(in) && in.Timestamp != nil {
 		s.syncClock(*in.Timestamp)
 	}
 	s.log.Debug("init applied", "envVars", len(in.EnvVars), "defaultUser", in.DefaultUser,
-		"defaultWorkdir", in.DefaultWorkdir, "token", in.AccessToken != nil)
+		"defaultWorkdir", in.DefaultWorkdir, "token", in.AccessToken != nil, "egressCA", in.EgressCA != "")
 	w.Header().Set("X-Envd-Version", state.Version)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// trustEgressCA installs the egress CA of an /init (see package
+// truststore) and adds the variables that point TLS libraries at it to
+// in.Internal, so that every process started afterwards sees them. In host
+// mode the trust store is a tree under the home directory, never the
+// host's own. On failure it has answered.
+func (s *Server) trustEgressCA(w http.ResponseWriter, in *state.Init) bool {
+	root := "/"
+	if s.cfg.HostMode {
+		root = filepath.Join(s.cfg.Home, ".moat-truststore")
+	}
+	env, err := truststore.Install(root, []byte(in.EgressCA))
+	if errors.Is(err, truststore.ErrInvalid) {
+		writeError(w, http.StatusBadRequest, "invalid moatEgressCA: "+err.Error())
+		return false
+	}
+	if err != nil {
+		s.log.Error("install the egress CA", "err", err)
+		writeError(w, http.StatusInternalServerError, "install the egress CA: "+err.Error())
+		return false
+	}
+	if in.Internal == nil {
+		in.Internal = map[string]string{}
+	}
+	maps.Copy(in.Internal, env)
+	return true
 }
 
 // syncClock sets the system clock to ts, best effort, only inside a sandbox

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,6 +14,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moatsh/moat/internal/egress/tlsca"
+	"github.com/moatsh/moat/internal/envd/state"
+	"github.com/moatsh/moat/internal/envd/truststore"
 )
 
 func newTestServer(t testing.TB) *Server {
@@ -106,6 +111,49 @@ func TestInitInProcess(t *testing.T) {
 	}
 	if s.State().Env()["X"] != "1" {
 		t.Fatal("init env not applied")
+	}
+}
+
+// TestInitEgressCA: an /init with moatEgressCA installs the CA in the
+// trust store (host mode: under the home directory), says so in a header,
+// and points processes started afterwards at it; a body that is not a CA
+// certificate is 400 and changes nothing.
+func TestInitEgressCA(t *testing.T) {
+	s := newTestServer(t)
+	ca, err := tlsca.LoadOrCreate(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(body any) *httptest.ResponseRecorder {
+		b, _ := json.Marshal(body)
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest("POST", "/init", bytes.NewReader(b)))
+		return rec
+	}
+	if rec := post(map[string]any{"moatEgressCA": "not a certificate", "envVars": map[string]string{"A": "1"}}); rec.Code != 400 ||
+		rec.Header().Get(state.EgressCAHeader) != "" || s.State().Env()["A"] != "" {
+		t.Fatalf("bad CA: %d %s", rec.Code, rec.Body)
+	}
+	for i := 0; i < 2; i++ {
+		rec := post(map[string]any{"moatEgressCA": string(ca.CertPEM())})
+		if rec.Code != 204 || rec.Header().Get(state.EgressCAHeader) != state.EgressCAInstalled {
+			t.Fatalf("install %d: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	env := s.State().Env()
+	root := filepath.Join(s.cfg.Home, ".moat-truststore")
+	bundle := filepath.Join(root, truststore.Bundle)
+	if env["SSL_CERT_FILE"] != bundle || env["REQUESTS_CA_BUNDLE"] != bundle ||
+		env["NODE_EXTRA_CA_CERTS"] != filepath.Join(root, truststore.CAFile) {
+		t.Fatalf("env = %v", env)
+	}
+	if b, err := os.ReadFile(bundle); err != nil || !bytes.Equal(b, ca.CertPEM()) {
+		t.Fatalf("bundle %q %v", b, err)
+	}
+	// A later /init without the field keeps the variables.
+	if rec := post(map[string]any{"envVars": map[string]string{"B": "2"}}); rec.Code != 204 ||
+		s.State().Env()["SSL_CERT_FILE"] != bundle {
+		t.Fatalf("re-init: %d %v", rec.Code, s.State().Env())
 	}
 }
 

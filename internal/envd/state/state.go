@@ -75,7 +75,20 @@ type Init struct {
 	// Internal carries sandbox identity (E2B_SANDBOX_ID, E2B_TEMPLATE_ID) for
 	// sandboxes restored from a snapshot; a Moat extension.
 	Internal map[string]string `json:"internal,omitempty"`
+	// EgressCA is the egress proxy's CA certificate (PEM), for sandboxes
+	// with network.rules: envd adds it to the system trust store and
+	// points processes started afterwards at it (SSL_CERT_FILE,
+	// REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS), then answers with
+	// EgressCAHeader: EgressCAInstalled. A Moat extension; E2B clients
+	// never send it.
+	EgressCA string `json:"moatEgressCA,omitempty"`
 }
+
+// The answer header of an /init that installed Init.EgressCA.
+const (
+	EgressCAHeader    = "X-Moat-Egress-Ca"
+	EgressCAInstalled = "installed"
+)
 
 // Apply applies an /init. It reports whether the clock in in.Timestamp is
 // newer than any earlier /init (the caller may then set the system clock).

@@ -69,7 +69,7 @@ func (r *Resolver) Lookup(name string) (*User, error) {
 
 func (r *Resolver) lookup(name string) (*User, error) {
 	if name == "" {
-		return nil, fmt.Errorf("invalid username: '': %w", errdefs.ErrUnauthenticated)
+		return nil, errdefs.Publicf(errdefs.ErrUnauthenticated, "invalid username: ''")
 	}
 	if r.hostMode && (name == "root" || name == "user") {
 		cur, err := user.Current()
@@ -86,7 +86,7 @@ func (r *Resolver) lookup(name string) (*User, error) {
 	}
 	osu, err := user.Lookup(name)
 	if err != nil {
-		return nil, fmt.Errorf("invalid username: '%s': %w", name, errdefs.ErrUnauthenticated)
+		return nil, errdefs.Publicf(errdefs.ErrUnauthenticated, "invalid username: '%s'", name)
 	}
 	return fromOS(osu)
 }
@@ -137,15 +137,15 @@ func UsernameFromHeader(h http.Header) (name string, ok bool, err error) {
 	}
 	const prefix = "Basic "
 	if len(v) < len(prefix) || !strings.EqualFold(v[:len(prefix)], prefix) {
-		return "", false, fmt.Errorf("authorization header is not Basic: %w", errdefs.ErrUnauthenticated)
+		return "", false, errdefs.Publicf(errdefs.ErrUnauthenticated, "authorization header is not Basic")
 	}
 	raw, derr := base64.StdEncoding.DecodeString(strings.TrimSpace(v[len(prefix):]))
 	if derr != nil {
-		return "", false, fmt.Errorf("authorization header: %v: %w", derr, errdefs.ErrUnauthenticated)
+		return "", false, errdefs.Publicf(errdefs.ErrUnauthenticated, "authorization header: %v", derr)
 	}
 	name, _, _ = strings.Cut(string(raw), ":")
 	if name == "" {
-		return "", false, fmt.Errorf("invalid username: '': %w", errdefs.ErrUnauthenticated)
+		return "", false, errdefs.Publicf(errdefs.ErrUnauthenticated, "invalid username: ''")
 	}
 	return name, true, nil
 }

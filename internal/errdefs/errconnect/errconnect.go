@@ -1,5 +1,8 @@
 // Package errconnect maps errdefs kinds to Connect codes for envd's RPCs,
-// once, so that every service answers the codes the E2B SDKs expect.
+// once, so that every service answers the codes the E2B SDKs expect, and
+// maps the codes of envd's answers back to kinds for the orchestrator. It
+// covers the same kinds as errhttp; for the way back the first row with a
+// code wins.
 package errconnect
 
 import (
@@ -23,6 +26,7 @@ var table = []struct {
 	{errdefs.ErrUnauthenticated, connect.CodeUnauthenticated},
 	{errdefs.ErrPermissionDenied, connect.CodePermissionDenied},
 	{errdefs.ErrResourceExhausted, connect.CodeResourceExhausted},
+	{errdefs.ErrNoSpace, connect.CodeResourceExhausted},
 	{errdefs.ErrUnavailable, connect.CodeUnavailable},
 	{errdefs.ErrNotImplemented, connect.CodeUnimplemented},
 	{errdefs.ErrInternal, connect.CodeInternal},
@@ -62,5 +66,15 @@ func ToNative(err error) error {
 			return errors.Join(e.kind, err)
 		}
 	}
-	return err
+	if k, ok := nativeOnly[code]; ok {
+		return errors.Join(k, err)
+	}
+	return errors.Join(errdefs.ErrInternal, err)
+}
+
+// nativeOnly are codes no kind maps to.
+var nativeOnly = map[connect.Code]error{
+	connect.CodeOutOfRange: errdefs.ErrInvalidArgument,
+	connect.CodeUnknown:    errdefs.ErrInternal,
+	connect.CodeDataLoss:   errdefs.ErrInternal,
 }

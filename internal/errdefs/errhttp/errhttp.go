@@ -1,6 +1,8 @@
 // Package errhttp maps errdefs kinds to HTTP statuses and writes E2B's JSON
-// error body {"code":<status>,"message":...}, exactly once for the REST API
-// and the sandbox proxy, so the SDKs' status/body checks always agree.
+// error body {"code":<status>,"message":...}, exactly once for the REST API,
+// the sandbox proxy and envd's /files, so the SDKs' status/body checks always
+// agree. The message is the error's public text (errdefs.Public) or a
+// generic text for its kind, never the rest of its chain.
 package errhttp
 
 import (
@@ -10,28 +12,40 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
 )
 
+// table is the one kind → status mapping. For ToNative the first row with
+// a status wins.
 var table = []struct {
-	kind   error
-	status int
+	kind    error
+	status  int
+	generic string // message when the error carries no public text
 }{
-	{errdefs.ErrNotFound, http.StatusNotFound},
-	{errdefs.ErrAlreadyExists, http.StatusConflict},
-	{errdefs.ErrInvalidArgument, http.StatusBadRequest},
-	{errdefs.ErrFailedPrecondition, http.StatusBadRequest},
-	{errdefs.ErrConflict, http.StatusConflict},
-	{errdefs.ErrUnauthenticated, http.StatusUnauthorized},
-	{errdefs.ErrPermissionDenied, http.StatusForbidden},
-	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests},
-	{errdefs.ErrUnavailable, http.StatusServiceUnavailable},
-	{errdefs.ErrNotImplemented, http.StatusNotImplemented},
-	{errdefs.ErrInternal, http.StatusInternalServerError},
-	{context.DeadlineExceeded, http.StatusGatewayTimeout},
+	{errdefs.ErrNotFound, http.StatusNotFound, "not found"},
+	{errdefs.ErrConflict, http.StatusConflict, "conflict"},
+	{errdefs.ErrAlreadyExists, http.StatusConflict, "already exists"},
+	{errdefs.ErrInvalidArgument, http.StatusBadRequest, "invalid request"},
+	{errdefs.ErrFailedPrecondition, http.StatusBadRequest, "failed precondition"},
+	{errdefs.ErrUnauthenticated, http.StatusUnauthorized, "unauthenticated"},
+	{errdefs.ErrPermissionDenied, http.StatusForbidden, "permission denied"},
+	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests, "too many requests; retry later"},
+	{errdefs.ErrNoSpace, http.StatusInsufficientStorage, "not enough disk space available"},
+	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, "service unavailable"},
+	{errdefs.ErrNotImplemented, http.StatusNotImplemented, "not implemented"},
+	{errdefs.ErrInternal, http.StatusInternalServerError, "internal server error"},
+	{context.DeadlineExceeded, http.StatusGatewayTimeout, "deadline exceeded"},
+}
+
+// nativeOnly are statuses other servers (envd, the proxy) answer that have
+// no row of their own: 502 is a sandbox that is gone.
+var nativeOnly = map[int]error{
+	http.StatusBadGateway:            errdefs.ErrUnavailable,
+	http.StatusRequestEntityTooLarge: errdefs.ErrInvalidArgument,
+	http.StatusNotAcceptable:         errdefs.ErrInvalidArgument,
+	http.StatusMethodNotAllowed:      errdefs.ErrNotImplemented,
 }
 
 // Error is E2B's error body.
@@ -60,15 +74,17 @@ func ToNative(status int) error {
 			return e.kind
 		}
 	}
+	if k, ok := nativeOnly[status]; ok {
+		return k
+	}
 	if status >= 500 {
 		return errdefs.ErrInternal
 	}
 	return errdefs.ErrInvalidArgument
 }
 
-// WriteError writes err as an E2B JSON error with the status of its kind.
-// Internal errors are reported with a generic message: their text may carry
-// host details that do not belong to API clients.
+// WriteError writes err as an E2B JSON error with the status of its kind
+// and Message(err). Callers log err itself when they want it kept.
 // An error that says when to retry (a RetryAfter method, as admission's
 // refusals have) also sets the Retry-After header, in whole seconds.
 func WriteError(w http.ResponseWriter, err error) {
@@ -76,19 +92,24 @@ func WriteError(w http.ResponseWriter, err error) {
 	if errors.As(err, &ra) && ra.RetryAfter() > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ra.RetryAfter().Seconds()))))
 	}
-	status := ToHTTP(err)
-	Write(w, status, Message(err))
+	Write(w, ToHTTP(err), Message(err))
 }
 
-// Message is the client-facing text of err: its text without the trailing
-// ": <kind>" that wrapping adds, or a generic text for internal errors.
+// Message is the client-facing text of err: its public text
+// (errdefs.Public), else the generic text of its kind.
 func Message(err error) string {
+	if msg, ok := errdefs.PublicMessage(err); ok {
+		return msg
+	}
+	return Generic(err)
+}
+
+// Generic is the generic text of err's kind ("internal server error" for
+// an error without one).
+func Generic(err error) string {
 	for _, e := range table {
 		if errors.Is(err, e.kind) {
-			if e.status == http.StatusInternalServerError {
-				break
-			}
-			return strings.TrimSuffix(err.Error(), ": "+e.kind.Error())
+			return e.generic
 		}
 	}
 	return "internal server error"

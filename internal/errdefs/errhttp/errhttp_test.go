@@ -1,47 +1,90 @@
 package errhttp
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
 )
 
+// TestRoundTrip walks every kind through kind → status → JSON body → kind.
 func TestRoundTrip(t *testing.T) {
-	tests := []struct {
-		kind   error
+	want := map[error]struct {
+		status int
+		back   error // the kind ToNative returns for status
+	}{
+		errdefs.ErrNotFound:           {404, errdefs.ErrNotFound},
+		errdefs.ErrAlreadyExists:      {409, errdefs.ErrConflict},
+		errdefs.ErrInvalidArgument:    {400, errdefs.ErrInvalidArgument},
+		errdefs.ErrFailedPrecondition: {400, errdefs.ErrInvalidArgument},
+		errdefs.ErrConflict:           {409, errdefs.ErrConflict},
+		errdefs.ErrUnauthenticated:    {401, errdefs.ErrUnauthenticated},
+		errdefs.ErrPermissionDenied:   {403, errdefs.ErrPermissionDenied},
+		errdefs.ErrResourceExhausted:  {429, errdefs.ErrResourceExhausted},
+		errdefs.ErrNoSpace:            {507, errdefs.ErrNoSpace},
+		errdefs.ErrUnavailable:        {503, errdefs.ErrUnavailable},
+		errdefs.ErrNotImplemented:     {501, errdefs.ErrNotImplemented},
+		errdefs.ErrInternal:           {500, errdefs.ErrInternal},
+	}
+	kinds := append(errdefs.Kinds(), context.DeadlineExceeded, errors.New("plain"))
+	want[context.DeadlineExceeded] = struct {
 		status int
 		back   error
-	}{
-		{errdefs.ErrNotFound, 404, errdefs.ErrNotFound},
-		{errdefs.ErrInvalidArgument, 400, errdefs.ErrInvalidArgument},
-		{errdefs.ErrConflict, 409, errdefs.ErrAlreadyExists},
-		{errdefs.ErrUnauthenticated, 401, errdefs.ErrUnauthenticated},
-		{errdefs.ErrPermissionDenied, 403, errdefs.ErrPermissionDenied},
-		{errdefs.ErrResourceExhausted, 429, errdefs.ErrResourceExhausted},
-		{errdefs.ErrUnavailable, 503, errdefs.ErrUnavailable},
-		{errdefs.ErrNotImplemented, 501, errdefs.ErrNotImplemented},
-		{errdefs.ErrInternal, 500, errdefs.ErrInternal},
-		{errors.New("plain"), 500, errdefs.ErrInternal},
-	}
-	for _, tt := range tests {
-		t.Run(tt.kind.Error(), func(t *testing.T) {
-			wrapped := fmt.Errorf("ctx: %w", tt.kind)
-			if got := ToHTTP(wrapped); got != tt.status {
-				t.Fatalf("ToHTTP = %d, want %d", got, tt.status)
+	}{504, context.DeadlineExceeded}
+	want[kinds[len(kinds)-1]] = struct {
+		status int
+		back   error
+	}{500, errdefs.ErrInternal}
+	for _, kind := range kinds {
+		w, ok := want[kind]
+		if !ok {
+			t.Fatalf("kind %v has no expected status in this test", kind)
+		}
+		t.Run(kind.Error(), func(t *testing.T) {
+			wrapped := fmt.Errorf("ctx at /var/lib/moat/x: %w", kind)
+			if got := ToHTTP(wrapped); got != w.status {
+				t.Fatalf("ToHTTP = %d, want %d", got, w.status)
 			}
-			if got := ToNative(tt.status); !errors.Is(got, tt.back) {
-				t.Fatalf("ToNative(%d) = %v, want %v", tt.status, got, tt.back)
+			rec := httptest.NewRecorder()
+			WriteError(rec, wrapped)
+			var e Error
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != w.status || e.Code != w.status {
+				t.Fatalf("body %q (status %d) err %v", rec.Body.String(), rec.Code, err)
+			}
+			if e.Message != Generic(kind) || strings.Contains(e.Message, "/var/lib") {
+				t.Fatalf("message %q, want the generic %q", e.Message, Generic(kind))
+			}
+			if got := ToNative(rec.Code); !errors.Is(got, w.back) {
+				t.Fatalf("ToNative(%d) = %v, want %v", rec.Code, got, w.back)
 			}
 		})
 	}
-	if ToNative(204) != nil {
-		t.Fatal("ToNative(204) != nil")
+	for status, k := range map[int]error{204: nil, 502: errdefs.ErrUnavailable, 413: errdefs.ErrInvalidArgument,
+		418: errdefs.ErrInvalidArgument, 599: errdefs.ErrInternal} {
+		if got := ToNative(status); got != k {
+			t.Errorf("ToNative(%d) = %v, want %v", status, got, k)
+		}
+	}
+}
+
+func TestPublicMessage(t *testing.T) {
+	pub := errdefs.Publicf(errdefs.ErrConflict, "sandbox %s is paused", "abc")
+	err := fmt.Errorf("pause at 10.11.0.2: %w", pub)
+	rec := httptest.NewRecorder()
+	WriteError(rec, err)
+	var e Error
+	if json.Unmarshal(rec.Body.Bytes(), &e); rec.Code != 409 || e.Message != "sandbox abc is paused" {
+		t.Fatalf("got %d %q", rec.Code, rec.Body.String())
+	}
+	if !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatal("public error lost its kind")
 	}
 }
 
@@ -52,7 +95,7 @@ func TestWriteError(t *testing.T) {
 		t.Fatalf("got %d %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
 	var e Error
-	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Code != 404 || e.Message != "sandbox x" {
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Code != 404 || e.Message != "not found" {
 		t.Fatalf("body %q err %v", rec.Body.String(), err)
 	}
 	rec = httptest.NewRecorder()

@@ -60,6 +60,8 @@ type Runtime struct {
 	diskToken string    // X-Access-Token of the last /metrics call
 	egress    map[string]netpolicy.Egress
 	egressN   map[string]int
+	ends      map[string]chan struct{} // closed when the sandbox's "process" ends; guarded by mu
+	bg        map[string]bool          // sandboxes created with Spec.Background and not foregrounded
 }
 
 // SetEgress records the policy as netpolicy.Manager.SetEgress would apply it.
@@ -90,7 +92,8 @@ func (r *Runtime) Egress(id string) (netpolicy.Egress, int) {
 func NewRuntime(t testing.TB) *Runtime {
 	t.Helper()
 	r := &Runtime{sandbox: map[string]string{}, inits: map[string]state.Init{}, tokens: map[string]string{},
-		snaps: map[string]string{}, initCount: map[string]int{}, healthOK: true, initCode: http.StatusNoContent}
+		snaps: map[string]string{}, initCount: map[string]int{}, healthOK: true, initCode: http.StatusNoContent,
+		ends: map[string]chan struct{}{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		r.mu.Lock()
@@ -103,6 +106,17 @@ func NewRuntime(t testing.TB) *Runtime {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /init", func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		ok := r.healthOK
+		r.mu.Unlock()
+		if !ok { // an envd still starting: the connection ends without an answer
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				c.Close()
+				return
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		var in state.Init
 		if err := json.NewDecoder(req.Body).Decode(&in); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -120,6 +134,9 @@ func NewRuntime(t testing.TB) *Runtime {
 		r.initCount[id]++
 		if in.AccessToken != nil && r.initCode < 300 {
 			r.tokens[id] = *in.AccessToken
+		}
+		if in.EgressCA != "" && r.initCode < 300 { // like envd: it installed the CA
+			w.Header().Set(state.EgressCAHeader, state.EgressCAInstalled)
 		}
 		w.WriteHeader(r.initCode)
 	})
@@ -155,7 +172,8 @@ func (r *Runtime) MetricsToken() string {
 	return r.diskToken
 }
 
-// SetHealthy makes /health answer 204 (true) or 503 (false).
+// SetHealthy makes /health answer 204 (true) or 503 (false); while false,
+// /init connections end without an answer, as while envd starts.
 func (r *Runtime) SetHealthy(ok bool) { r.mu.Lock(); r.healthOK = ok; r.mu.Unlock() }
 
 // SetInitStatus sets the status /init answers.
@@ -208,7 +226,30 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (*runtime.Handl
 		r.tokens[spec.ID] = tok // the clone's envd still has the source's token
 	}
 	r.sandbox[spec.ID] = "running"
+	r.ends[spec.ID] = make(chan struct{})
+	if spec.Background {
+		if r.bg == nil {
+			r.bg = map[string]bool{}
+		}
+		r.bg[spec.ID] = true
+	}
 	return &runtime.Handle{ID: spec.ID, Runtime: "fake", Addr: netip.MustParseAddr("127.0.0.1")}, nil
+}
+
+// Foreground implements runtime.Foregrounder.
+func (r *Runtime) Foreground(ctx context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.bg, id)
+	return nil
+}
+
+// Background reports whether id was created in the background and not
+// foregrounded since.
+func (r *Runtime) Background(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bg[id]
 }
 
 func (r *Runtime) Kill(ctx context.Context, id string) error {
@@ -217,7 +258,41 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 	r.killed = append(r.killed, id)
 	delete(r.sandbox, id)
 	delete(r.egress, id)
+	r.endLocked(id)
 	return nil
+}
+
+// Crash ends a sandbox behind the orchestrator's back, as a crashed VMM or
+// an OOM-killed init would: Wait returns, the runtime forgets it.
+func (r *Runtime) Crash(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.sandbox, id)
+	r.endLocked(id)
+}
+
+func (r *Runtime) endLocked(id string) {
+	if ch, ok := r.ends[id]; ok {
+		close(ch)
+		delete(r.ends, id)
+	}
+}
+
+// Wait implements runtime.Runtime: it returns when the sandbox is killed
+// or crashes.
+func (r *Runtime) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
+	r.mu.Lock()
+	ch, ok := r.ends[id]
+	r.mu.Unlock()
+	if !ok {
+		return runtime.ExitStatus{}, fmt.Errorf("fake sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	select {
+	case <-ch:
+		return runtime.ExitStatus{Code: -1, Signal: 9}, nil
+	case <-ctx.Done():
+		return runtime.ExitStatus{}, ctx.Err()
+	}
 }
 
 func (r *Runtime) Pause(ctx context.Context, id string) error {
@@ -243,6 +318,10 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 	}
 	return &runtime.Handle{ID: id, Runtime: "fake", Addr: netip.MustParseAddr("127.0.0.1")}, ferr
 }
+
+// MountsVolumes implements runtime.VolumeMounter: the fake takes
+// Spec.Volumes (and mounts nothing).
+func (r *Runtime) MountsVolumes() bool { return true }
 
 // Features: the fake pretends to pause to disk and to take snapshots.
 func (r *Runtime) Features() runtime.Features {
@@ -303,13 +382,6 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	return runtime.Stats{CPUUsageNs: uint64(now.UnixNano() / 10), MemoryBytes: 64 << 20, MemoryLimit: 512 << 20, Pids: 3, Time: now}, nil
 }
 
-func (r *Runtime) Alive(ctx context.Context, id string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, ok := r.sandbox[id]
-	return ok
-}
-
 // Recover keeps the live ids it knows and drops the rest.
 func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle, error) {
 	r.mu.Lock()
@@ -319,6 +391,9 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 	for _, id := range live {
 		if _, ok := r.sandbox[id]; ok {
 			keep[id] = true
+			if r.ends[id] == nil {
+				r.ends[id] = make(chan struct{})
+			}
 			out = append(out, &runtime.Handle{ID: id, Runtime: "fake", Addr: netip.MustParseAddr("127.0.0.1"),
 				Paused: r.sandbox[id] == "paused"})
 		}
@@ -326,6 +401,7 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 	for id := range r.sandbox {
 		if !keep[id] {
 			delete(r.sandbox, id)
+			r.endLocked(id)
 		}
 	}
 	return out, r.RecoverErr

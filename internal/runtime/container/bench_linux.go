@@ -12,14 +12,17 @@ import (
 	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/moatsh/moat/internal/runtime/container/oci"
 )
 
 // BareRun times one foreground `run` of args in rootfsDir (read-only, no
 // overlay, no cgroup limits, no seccomp, a fresh empty netns) with the OCI
-// runtime the container backend picks (crun or runc, MOAT_OCI_RUNTIME): the
-// floor any container create→first-command path is measured against. It
-// needs root; the bundle and state live in a temporary directory removed after.
-func BareRun(ctx context.Context, rootfsDir string, args ...string) (time.Duration, error) {
+// runtime the container backend picks (crun or runc; ociName forces one, as
+// runtime.Backends.OCIRuntime does): the floor any container
+// create→first-command path is measured against. It needs root; the bundle
+// and state live in a temporary directory removed after.
+func BareRun(ctx context.Context, ociName, rootfsDir string, args ...string) (time.Duration, error) {
 	abs, err := filepath.Abs(rootfsDir)
 	if err != nil {
 		return 0, fmt.Errorf("bare run: %w", err)
@@ -51,14 +54,14 @@ func BareRun(ctx context.Context, rootfsDir string, args ...string) (time.Durati
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	var out strings.Builder
-	o, err := pickOCI(ctx, slog.New(slog.DiscardHandler), os.Getenv("MOAT_OCI_RUNTIME"), filepath.Join(tmp, "state"))
+	o, err := oci.Pick(ctx, slog.New(slog.DiscardHandler), ociName, filepath.Join(tmp, "state"))
 	if err != nil {
 		return 0, fmt.Errorf("bare run: %w", err)
 	}
-	cmd := o.command(ctx, "run", "--bundle", tmp, "bare-"+hex.EncodeToString(b))
+	cmd := o.Command(ctx, "run", "--bundle", tmp, "bare-"+hex.EncodeToString(b))
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
-	err = o.runCmd(cmd)
+	err = o.RunCmd(cmd)
 	d := time.Since(start)
 	if err != nil {
 		return d, fmt.Errorf("bare run %v: %w: %s", args, err, strings.TrimSpace(out.String()))

@@ -1,6 +1,7 @@
 package container
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -21,6 +22,7 @@ import (
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/container/oci"
 )
 
 // testRootfs is a tiny template: busybox and fakeenvd as /usr/local/bin/envd.
@@ -204,8 +206,8 @@ const probePort = 49984
 // to /dev/null) and waits until it answers.
 func startProbe(t *testing.T, r *Runtime, h *runtime.Handle) {
 	t.Helper()
-	cmd := r.oci.command(context.Background(), "exec", "-d", r.containerName(h.ID), "/usr/local/bin/probe", "--port", fmt.Sprint(probePort))
-	if err := r.oci.runCmd(cmd); err != nil { // stdio stays /dev/null: a pipe would never see EOF
+	cmd := r.oci.Command(context.Background(), "exec", "-d", r.containerName(h.ID), "/usr/local/bin/probe", "--port", fmt.Sprint(probePort))
+	if err := r.oci.RunCmd(cmd); err != nil { // stdio stays /dev/null: a pipe would never see EOF
 		t.Fatalf("start probe: %v", err)
 	}
 	for i := 0; i < 200; i++ {
@@ -235,7 +237,7 @@ func getPort(h *runtime.Handle, port int, path string, q url.Values, timeout tim
 }
 
 func execIn(r *Runtime, id string, args ...string) (string, error) {
-	out, err := r.oci.combinedOutput(r.oci.command(context.Background(), append([]string{"exec", r.containerName(id)}, args...)...))
+	out, err := ociCombinedOutput(r.oci, r.oci.Command(context.Background(), append([]string{"exec", r.containerName(id)}, args...)...))
 	return string(out), err
 }
 
@@ -246,4 +248,20 @@ func readFile(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// ociOutput is cmd.Output for an OCI runtime command (see oci.CLI.RunCmd).
+func ociOutput(o *oci.CLI, cmd *exec.Cmd) ([]byte, error) {
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	err := o.RunCmd(cmd)
+	return out.Bytes(), err
+}
+
+// ociCombinedOutput is cmd.CombinedOutput for an OCI runtime command (see oci.CLI.RunCmd).
+func ociCombinedOutput(o *oci.CLI, cmd *exec.Cmd) ([]byte, error) {
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := o.RunCmd(cmd)
+	return out.Bytes(), err
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/container/hostfs"
 )
 
 // TestSandboxDescriptors lists, from the host, every descriptor of every
@@ -32,7 +33,7 @@ func TestSandboxDescriptors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := create(t, r, runtime.Spec{DiskMiB: tc.disk})
 			// One more process, started the way a user's would be.
-			if err := r.oci.runCmd(r.oci.command(context.Background(), "exec", "-d", r.containerName(h.ID), "sleep", "600")); err != nil {
+			if err := r.oci.RunCmd(r.oci.Command(context.Background(), "exec", "-d", r.containerName(h.ID), "sleep", "600")); err != nil {
 				t.Fatalf("exec -d: %v", err)
 			}
 			hostDevs := hostDevices(t, r.dir(h.ID))
@@ -137,7 +138,7 @@ func hostDevices(t *testing.T, sandboxDir string) map[uint64]string {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		mp := unescapeMount(fields[4])
+		mp := hostfs.UnescapeMount(fields[4])
 		if mp == sandboxDir || strings.HasPrefix(mp, sandboxDir+"/") {
 			continue
 		}
@@ -246,7 +247,7 @@ func TestPidfdGetfdCannotReachHost(t *testing.T) {
 	before, freeBefore := hostFiles(t, r.dir(id)), hostFree(t, r.dataDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := r.oci.output(r.oci.command(ctx, "exec", r.containerName(id), "python3", "-c", getfdScript))
+	out, err := ociOutput(r.oci, r.oci.Command(ctx, "exec", r.containerName(id), "python3", "-c", getfdScript))
 	if err != nil {
 		t.Fatalf("script: %v %s", err, out)
 	}
@@ -270,8 +271,8 @@ func TestPidfdGetfdCannotReachHost(t *testing.T) {
 	if lost := freeBefore - freeAfter; lost > 16<<20 {
 		t.Errorf("the host's disk lost %d MiB", lost>>20)
 	}
-	if fi, err := os.Stat(r.logPath(id)); err != nil || fi.Size() > logCap {
-		t.Errorf("envd log: %v %v (cap %d)", fi, err, logCap)
+	if fi, err := os.Stat(r.logPath(id)); err != nil || fi.Size() > hostfs.LogCap {
+		t.Errorf("envd log: %v %v (cap %d)", fi, err, hostfs.LogCap)
 	}
 	if code, _, err := get(h, "health", nil, 2*time.Second); err != nil || code != 204 {
 		t.Errorf("envd after the attack: %d %v", code, err)
@@ -331,10 +332,10 @@ func TestEnvdLogCap(t *testing.T) {
 		t.Errorf("64 MiB into envd's stderr: %v %s", err, out)
 	}
 	fi, err := os.Stat(r.logPath(h.ID))
-	if err != nil || fi.Size() > logCap {
-		t.Fatalf("envd log: %v %v, cap %d", fi, err, logCap)
+	if err != nil || fi.Size() > hostfs.LogCap {
+		t.Fatalf("envd log: %v %v, cap %d", fi, err, hostfs.LogCap)
 	}
-	t.Logf("envd log after the flood: %d bytes (cap %d)", fi.Size(), logCap)
+	t.Logf("envd log after the flood: %d bytes (cap %d)", fi.Size(), hostfs.LogCap)
 	if code, _, err := get(h, "health", nil, 2*time.Second); err != nil || code != 204 {
 		t.Errorf("envd after the flood: %d %v", code, err)
 	}

@@ -18,4 +18,8 @@
 //
 // Pause and Resume use the cgroup freezer: CRIU cannot checkpoint on the
 // kernels we run, so a paused container keeps its memory.
+//
+// This package is the sandbox lifecycle (Create, Kill, Recover...) and the
+// bundle's config.json; package oci drives the OCI runtime binary and
+// package hostfs mounts and removes the sandbox dir's filesystems.
 package container

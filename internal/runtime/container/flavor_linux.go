@@ -11,11 +11,12 @@ import (
 	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/container/oci"
 )
 
 // flavor is what differs between the OCI runtimes this backend drives:
 // crun/runc (the "container" backend) or runsc (the "gvisor" backend,
-// gvisor_linux.go). Everything else (overlay, disk quota, network, cgroups,
+// gvisor_linux.go and package oci). Everything else (overlay, disk quota, network, cgroups,
 // ID ranges, recovery) is the same code.
 type flavor struct {
 	name   string        // registered runtime name, also Handle.Runtime
@@ -42,19 +43,19 @@ func (f flavor) allocator(dataDir string) *idmap.Allocator {
 }
 
 // pick chooses the OCI binary.
-func (f flavor) pick(ctx context.Context, log *slog.Logger, override, root string) (*oci, error) {
+func (f flavor) pick(ctx context.Context, log *slog.Logger, override, root string) (*oci.CLI, error) {
 	if f.gvisor != nil {
-		return pickRunsc(ctx, log, *f.gvisor, root)
+		return oci.PickRunsc(ctx, log, *f.gvisor, root)
 	}
-	return pickOCI(ctx, log, override, root)
+	return oci.Pick(ctx, log, override, root)
 }
 
 // others are the OCI runtimes whose leftover Moat containers Recover removes.
-func (f flavor) others(chosen *oci) []*oci {
+func (f flavor) others(chosen *oci.CLI) []*oci.CLI {
 	if f.gvisor != nil {
 		return nil
 	}
-	return otherOCIs(chosen)
+	return oci.Others(chosen)
 }
 
 // spec adapts the bundle config to the OCI binary.

@@ -94,7 +94,7 @@ func TestIsolation(t *testing.T) {
 		// the netns's ip_unprivileged_port_start makes up for it.
 		for _, user := range []string{"0:0", "1000:1000"} {
 			port := map[string]string{"0:0": "80", "1000:1000": "81"}[user]
-			out, err := r.oci.combinedOutput(r.oci.command(context.Background(), "exec", "--user", user, r.containerName(a.ID), "busybox", "httpd", "-p", port, "-h", "/"))
+			out, err := ociCombinedOutput(r.oci, r.oci.Command(context.Background(), "exec", "--user", user, r.containerName(a.ID), "busybox", "httpd", "-p", port, "-h", "/"))
 			if err != nil {
 				t.Errorf("user %s: httpd on port %s: %v %s", user, port, err, out)
 			}

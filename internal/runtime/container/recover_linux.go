@@ -10,6 +10,7 @@ import (
 
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/container/oci"
 )
 
 // Recover implements runtime.Runtime. It adopts containers in live that are
@@ -22,7 +23,7 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 		want[id] = true
 	}
 	var errs []error
-	states, err := r.oci.list(ctx)
+	states, err := r.oci.List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
@@ -75,9 +76,15 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 			continue
 		}
 		h := &runtime.Handle{ID: id, Runtime: r.Name(), Addr: n.SandboxAddr, PID: kept[id], Paused: paused[id]}
+		// The PID is crun's fresh reading of the container's init.
+		p, err := runtime.OpenProcess(h.PID)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("recover sandbox %s: init gone, removing it: %w", id, err), r.Kill(ctx, id))
+			continue
+		}
 		b := r.boxes.Get(id)
 		b.mu.Lock()
-		b.handle, b.created = h, true
+		b.handle, b.proc, b.created = h, p, true
 		r.pushAll(ctx, id, &b.undo)
 		b.mu.Unlock()
 		handles = append(handles, h)
@@ -88,8 +95,8 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 
 // removeForeign deletes Moat containers that the other OCI runtime holds
 // (the server ran with it before) and marks their IDs as orphans.
-func (r *Runtime) removeForeign(ctx context.Context, o *oci, orphans map[string]bool) error {
-	states, err := o.list(ctx)
+func (r *Runtime) removeForeign(ctx context.Context, o *oci.CLI, orphans map[string]bool) error {
+	states, err := o.List(ctx)
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
@@ -99,8 +106,8 @@ func (r *Runtime) removeForeign(ctx context.Context, o *oci, orphans map[string]
 		if !ok || validID(id) != nil {
 			continue
 		}
-		r.log.InfoContext(ctx, "removing container of the other OCI runtime", "sandbox", id, "oci", o.name)
-		if _, err := o.run(ctx, "delete", "-f", st.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		r.log.InfoContext(ctx, "removing container of the other OCI runtime", "sandbox", id, "oci", o.Name)
+		if _, err := o.Run(ctx, "delete", "-f", st.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			errs = append(errs, err)
 		}
 		orphans[id] = true

@@ -1,7 +1,6 @@
 package container
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,8 @@ import (
 	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/container/hostfs"
+	"github.com/moatsh/moat/internal/runtime/container/oci"
 )
 
 // Name is the backend's registered name.
@@ -45,8 +46,8 @@ type options struct {
 	flavor       flavor // crun/runc, or runsc for the gvisor backend (flavor_linux.go)
 }
 
-// WithOCIRuntime forces "runc" or "crun", like the MOAT_OCI_RUNTIME variable;
-// "" keeps the variable's choice or the probe's.
+// WithOCIRuntime forces "runc" or "crun", like runtime.Backends.OCIRuntime;
+// "" keeps the configured choice or the probe's.
 func WithOCIRuntime(name string) Option {
 	return func(o *options) {
 		if name != "" {
@@ -72,11 +73,11 @@ type Runtime struct {
 	log     *slog.Logger
 	dataDir string
 	o       options
-	oci     *oci
-	others  []*oci // the other OCI runtime in its default root, for Recover only
+	oci     *oci.CLI
+	others  []*oci.CLI // the other OCI runtime in its default root, for Recover only
 	net     *netpolicy.Manager
 	ids     *idmap.Allocator // each sandbox's host ID range, recorded in its dir
-	diskMu  sync.Mutex       // serialises making blank disk images
+	disks   *hostfs.Disks    // blank disk images in <DataDir>/disks
 
 	boxes runtime.Boxes[sandbox]
 }
@@ -86,12 +87,13 @@ type sandbox struct {
 	mu      sync.Mutex    // serialises Create/Kill of the same ID
 	undo    cleanup.Stack // guarded by mu
 	handle  *runtime.Handle
-	created bool // guarded by mu
+	proc    *runtime.Process // the container's init, watched by Wait; guarded by mu
+	created bool             // guarded by mu
 }
 
 // New probes the host, picks the OCI runtime and installs the network policy.
 func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
-	o := options{ociName: os.Getenv("MOAT_OCI_RUNTIME"), cgroupParent: "/moat", readyTimeout: 10 * time.Second, flavor: containerFlavor}
+	o := options{ociName: cfg.Backends.OCIRuntime, cgroupParent: "/moat", readyTimeout: 10 * time.Second, flavor: containerFlavor}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -112,7 +114,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	// The vm runtime allocates from the same ID space under
 	// <DataDir>/vm/sandboxes: its ranges count as taken (and both lock
 	// both directories while allocating).
-	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o, ids: o.flavor.allocator(cfg.DataDir)}
+	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o, ids: o.flavor.allocator(cfg.DataDir), disks: hostfs.NewDisks(cfg.DataDir)}
 	probeRoot := o.stateRoot
 	if probeRoot == "" {
 		probeRoot = "/run/moat"
@@ -122,7 +124,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 		return nil, fmt.Errorf("container runtime: %w", err)
 	}
 	if o.stateRoot == "" {
-		oc.root = filepath.Join("/run/moat", oc.name)
+		oc.Root = filepath.Join("/run/moat", oc.Name)
 		r.others = o.flavor.others(oc)
 	}
 	r.oci = oc
@@ -167,12 +169,12 @@ func traversable(dir string) error {
 func (r *Runtime) Name() string { return r.o.flavor.name }
 
 // OCIRuntime is the OCI binary in use: "runc" or "crun".
-func (r *Runtime) OCIRuntime() string { return r.oci.name }
+func (r *Runtime) OCIRuntime() string { return r.oci.Name }
 
 func (r *Runtime) containerName(id string) string { return "moat-" + id }
 func (r *Runtime) dir(id string) string           { return filepath.Join(r.dataDir, r.o.flavor.subdir, id) }
 func (r *Runtime) cgroupsPath(id string) string   { return r.o.cgroupParent + "/" + id }
-func (r *Runtime) logPath(id string) string       { return filepath.Join(r.dir(id), "log", logName) }
+func (r *Runtime) logPath(id string) string       { return filepath.Join(r.dir(id), "log", hostfs.LogName) }
 
 // box returns the bookkeeping entry of id, creating it.
 // Create implements runtime.Runtime: overlay, network, bundle, `run -d`, then
@@ -215,23 +217,29 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	tr.step("logfile")
 	b.undo.Push(func() error { return r.deleteContainer(context.WithoutCancel(ctx), id) })
 	pidFile := filepath.Join(r.dir(id), "pid")
-	if err := r.oci.start(ctx, r.dir(id), r.containerName(id), pidFile, logf); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	if err := r.oci.Start(ctx, r.dir(id), r.containerName(id), pidFile, logf); err != nil {
+		tail, _ := readTail(logf.Name(), 1024)
+		return nil, fmt.Errorf("sandbox %s: %w: %s", id, err, tail)
 	}
 	pid, err := readPID(pidFile)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
+	// The init was started a moment ago: pid is still it.
+	if b.proc, err = runtime.OpenProcess(pid); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	b.undo.Push(func() error { b.closeProc(); return nil })
 	tr.step("oci_run")
 	h := &runtime.Handle{ID: id, Runtime: r.Name(), Addr: n.SandboxAddr, PID: pid}
 	started := time.Now()
-	if err := r.waitReady(ctx, h); err != nil {
+	if err := r.waitReady(ctx, h, b.proc); err != nil {
 		return nil, err
 	}
 	tr.step("envd_listen")
 	b.handle, b.created = h, true
 	r.log.InfoContext(ctx, "sandbox created", "sandbox", id, "addr", h.Addr, "pid", h.PID,
-		"oci", r.oci.name, "took", time.Since(start).Round(time.Microsecond),
+		"oci", r.oci.Name, "took", time.Since(start).Round(time.Microsecond),
 		"prepare", prepared.Sub(start).Round(time.Microsecond), "run", started.Sub(prepared).Round(time.Microsecond),
 		"ready", time.Since(started).Round(time.Microsecond))
 	r.log.DebugContext(ctx, "sandbox create steps", append([]any{"sandbox", id}, tr.attrs...)...)
@@ -240,52 +248,42 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 
 // prepare builds the bundle: directories, overlay, network, /etc files and
 // config.json, pushing an undo for each.
-func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanup.Stack, tr *trace) (*netpolicy.Net, error) {
+func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanup.Stack, tr *trace) (_ *netpolicy.Net, retErr error) {
 	id := spec.ID
 	dir := r.dir(id)
 	if _, err := os.Stat(dir); err == nil {
 		return nil, fmt.Errorf("sandbox %s: %s exists: %w", id, dir, errdefs.ErrAlreadyExists)
 	}
-	// The sandbox dir belongs to the sandbox's root (the OCI runtime reaches
-	// rootfs as that user) and keeps everyone else out; inside it, upper
-	// becomes the attributes of the sandbox's "/", which every account must
-	// traverse.
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	undo.Push(func() error { return removeDir(dir) })
-	for _, d := range mounts {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-			return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	// The network (netns, veth, nftables) comes up while the sandbox's
+	// directories and disk are made and mounted: both are mostly waiting on
+	// the kernel, and a second core takes one. It starts first, as it needs
+	// nothing from the directory; its teardown is pushed once it is up,
+	// whatever fails meanwhile.
+	netc := r.setupNet(ctx, id, spec.AllowInternet)
+	var nr netResult
+	netDone := false
+	waitNet := func() netResult {
+		if !netDone {
+			nr, netDone = <-netc, true
+			if nr.err == nil {
+				undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
+			}
 		}
+		return nr
 	}
-	ids, err := r.ids.Allocate(dir)
-	if err == nil {
-		err = os.Chown(dir, ids.Root(), ids.Root())
-	}
+	defer func() { // an early error still waits for the network, to undo it
+		if retErr != nil {
+			waitNet()
+		}
+	}()
+	ids, err := r.makeDirs(dir, undo)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	tr.step("dirs")
-	// The network comes up while the sandbox's disk is made and mounted:
-	// both are mostly waiting on the kernel, and a second core takes one.
-	type netResult struct {
-		n    *netpolicy.Net
-		err  error
-		took time.Duration
-	}
-	netc := make(chan netResult, 1)
-	go func() {
-		start := time.Now()
-		n, err := r.net.Setup(ctx, id, spec.AllowInternet)
-		netc <- netResult{n, err, time.Since(start)}
-	}()
-	undo.Push(func() error { return unmountRootfs(dir) })
+	undo.Push(func() error { return hostfs.UnmountAll(dir) })
 	layerErr := r.mountLayer(ctx, spec, dir, ids, tr)
-	nr := <-netc
-	if nr.err == nil {
-		undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
-	}
+	waitNet()
 	if err := errors.Join(layerErr, nr.err); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
@@ -297,31 +295,77 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanup.
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	tr.step("etc")
-	if err := mountRootfs(spec.RootfsDir, dir, ids); err != nil {
+	if err := hostfs.MountRootfs(spec.RootfsDir, dir, ids); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	tr.step("overlay")
 	sysDir := filepath.Join(dir, "sys")
-	if err := mountSysfs(n.NSPath, sysDir); err != nil {
+	if err := hostfs.MountSysfs(n.NSPath, sysDir); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	tr.step("sysfs")
-	if err := writeJSON(filepath.Join(dir, "config.json"), r.o.flavor.spec(ociSpec(spec, n.NSPath, r.cgroupsPath(id), sysDir, ids))); err != nil {
+	cfg := r.o.flavor.spec(ociSpec(spec, n.NSPath, r.cgroupsPath(id), sysDir, ids))
+	vms, err := r.volumeMounts(dir, spec.Volumes, ids) // volumes_linux.go
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	cfg.Mounts = append(cfg.Mounts, vms...)
+	r.addSeccompBPF(ctx, cfg) // seccompbpf_linux.go
+	if err := writeJSON(filepath.Join(dir, "config.json"), cfg); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	tr.step("config")
 	return n, nil
 }
 
+// netResult is what setupNet's goroutine hands back.
+type netResult struct {
+	n    *netpolicy.Net
+	err  error
+	took time.Duration
+}
+
+// setupNet sets up id's network in a goroutine; the channel gets its result.
+func (r *Runtime) setupNet(ctx context.Context, id string, allowInternet bool) <-chan netResult {
+	netc := make(chan netResult, 1)
+	go func() {
+		start := time.Now()
+		n, err := r.net.Setup(ctx, id, allowInternet)
+		netc <- netResult{n, err, time.Since(start)}
+	}()
+	return netc
+}
+
+// makeDirs makes the sandbox directory dir and its mount points, and
+// allocates its ID range, pushing dir's removal.
+func (r *Runtime) makeDirs(dir string, undo *cleanup.Stack) (idmap.Range, error) {
+	// The sandbox dir belongs to the sandbox's root (the OCI runtime reaches
+	// rootfs as that user) and keeps everyone else out; inside it, upper
+	// becomes the attributes of the sandbox's "/", which every account must
+	// traverse.
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return idmap.Range{}, err
+	}
+	undo.Push(func() error { return hostfs.RemoveDir(dir) })
+	if err := hostfs.MakeMountPoints(dir); err != nil {
+		return idmap.Range{}, err
+	}
+	ids, err := r.ids.Allocate(dir)
+	if err == nil {
+		err = os.Chown(dir, ids.Root(), ids.Root())
+	}
+	return ids, err
+}
+
 // mountLayer mounts the log tmpfs and the sandbox's disk (when it has a
 // quota) in dir and makes the overlay's upper and work dirs on it.
 func (r *Runtime) mountLayer(ctx context.Context, spec runtime.Spec, dir string, ids idmap.Range, tr *trace) error {
-	if err := mountLog(dir); err != nil {
+	if err := hostfs.MountLog(dir); err != nil {
 		return err
 	}
 	tr.step("log")
 	if spec.DiskMiB > 0 {
-		if err := r.mountDisk(ctx, filepath.Join(dir, "disk.img"), filepath.Join(dir, "disk"), spec.DiskMiB, tr); err != nil {
+		if err := r.disks.Mount(ctx, filepath.Join(dir, "disk.img"), filepath.Join(dir, "disk"), spec.DiskMiB, tr.step); err != nil {
 			return err
 		}
 	}
@@ -340,10 +384,11 @@ func (r *Runtime) mountLayer(ctx context.Context, spec runtime.Spec, dir string,
 
 // waitReady waits until envd accepts a connection. A refused dial (envd
 // not listening yet: the veth answers at once) is retried after a pause
-// that starts at 50 µs and doubles up to 2 ms, so readiness is seen within
-// a fraction of a millisecond without spinning; once the pause is at its
+// that starts at 50 µs and doubles up to 250 µs, so readiness is seen
+// within a quarter of a millisecond (a refused dial costs tens of µs of
+// CPU: envd's ~5 ms start takes about twenty); once the pause is at its
 // cap, a dead container init ends the wait early.
-func (r *Runtime) waitReady(ctx context.Context, h *runtime.Handle) error {
+func (r *Runtime) waitReady(ctx context.Context, h *runtime.Handle, init *runtime.Process) error {
 	ctx, cancel := context.WithTimeout(ctx, r.o.readyTimeout)
 	defer cancel()
 	addr := net.JoinHostPort(h.Addr.String(), strconv.Itoa(envdPort))
@@ -357,7 +402,7 @@ func (r *Runtime) waitReady(ctx context.Context, h *runtime.Handle) error {
 			c.Close()
 			return nil
 		}
-		if delay == maxReadyDelay && h.PID > 0 && !processAlive(h.PID) {
+		if delay == maxReadyDelay && init.Exited() {
 			tail, _ := readTail(r.logPath(h.ID), 2048)
 			return fmt.Errorf("sandbox %s: envd exited before listening on %s: %w (envd.log: %q)", h.ID, addr, errdefs.ErrUnavailable, tail)
 		}
@@ -374,7 +419,7 @@ func (r *Runtime) waitReady(ctx context.Context, h *runtime.Handle) error {
 }
 
 // maxReadyDelay is waitReady's longest pause between two dials.
-const maxReadyDelay = 2 * time.Millisecond
+const maxReadyDelay = 250 * time.Microsecond
 
 // Kill implements runtime.Runtime. It undoes what Create did; for a sandbox
 // this process did not create (after a restart) it removes every object named
@@ -390,6 +435,7 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 		r.pushAll(ctx, id, &b.undo)
 	}
 	err := b.undo.Run()
+	b.closeProc() // an adopted container's, which no undo closes
 	b.created = false
 	r.boxes.Forget(id, b)
 	if err != nil {
@@ -403,17 +449,17 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 func (r *Runtime) pushAll(ctx context.Context, id string, undo *cleanup.Stack) {
 	ctx = context.WithoutCancel(ctx)
 	dir := r.dir(id)
-	undo.Push(func() error { return removeDir(dir) })
+	undo.Push(func() error { return hostfs.RemoveDir(dir) })
 	undo.Push(func() error { return r.net.Teardown(ctx, id) })
-	undo.Push(func() error { return unmountRootfs(dir) })
+	undo.Push(func() error { return hostfs.UnmountAll(dir) })
 	undo.Push(func() error { return r.deleteContainer(ctx, id) })
 }
 
 // deleteContainer kills and deletes the container and removes its cgroups.
 func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
 	name := r.containerName(id)
-	_, _ = r.oci.run(ctx, "kill", name, "KILL")
-	_, err := r.oci.run(ctx, "delete", "-f", name)
+	_, _ = r.oci.Run(ctx, "kill", name, "KILL")
+	_, err := r.oci.Run(ctx, "delete", "-f", name)
 	if errdefs.IsNotFound(err) {
 		err = nil
 	}
@@ -422,7 +468,7 @@ func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
 
 // Pause implements runtime.Runtime with the cgroup freezer.
 func (r *Runtime) Pause(ctx context.Context, id string) error {
-	if _, err := r.oci.run(ctx, "pause", r.containerName(id)); err != nil {
+	if _, err := r.oci.Run(ctx, "pause", r.containerName(id)); err != nil {
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
 	return nil
@@ -430,7 +476,7 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 
 // Resume implements runtime.Runtime; the handle does not change.
 func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error) {
-	if _, err := r.oci.run(ctx, "resume", r.containerName(id)); err != nil {
+	if _, err := r.oci.Run(ctx, "resume", r.containerName(id)); err != nil {
 		return nil, fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
 	b, ok := r.boxes.Lookup(id)
@@ -452,34 +498,31 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 // and there are no snapshots (no runtime.Snapshotter).
 func (r *Runtime) Features() runtime.Features { return runtime.Features{} }
 
-// Alive implements runtime.Runtime: the container is running or paused.
-func (r *Runtime) Alive(ctx context.Context, id string) bool {
-	// Fast path (the orchestrator asks every second): the container's init
-	// process, known since Create or Recover, still exists and is no zombie.
+// Wait implements runtime.Runtime on a pidfd of the container's init; the
+// exit code is unknown (the init is not this process's child) but an OOM
+// kill in the sandbox's cgroup is reported.
+func (r *Runtime) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
+	var p *runtime.Process
 	if b, ok := r.boxes.Lookup(id); ok {
 		b.mu.Lock()
-		pid := 0
-		if b.handle != nil {
-			pid = b.handle.PID
-		}
+		p = b.proc
 		b.mu.Unlock()
-		if pid > 0 {
-			return processAlive(pid)
-		}
 	}
-	st, err := r.oci.state(ctx, r.containerName(id))
-	return err == nil && (st.Status == "running" || st.Status == "paused")
+	if p == nil {
+		return runtime.ExitStatus{}, fmt.Errorf("wait for sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if err := p.Wait(ctx); err != nil {
+		return runtime.ExitStatus{}, err
+	}
+	return runtime.ExitStatus{Code: -1, OOMKilled: cgroups.OOMKills(r.cgroupsPath(id)) > 0}, nil
 }
 
-// processAlive reports whether pid exists and has not exited (a zombie has).
-func processAlive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
+// closeProc releases the pidfd of the init. Caller holds b.mu.
+func (b *sandbox) closeProc() {
+	if b.proc != nil {
+		_ = b.proc.Close()
+		b.proc = nil
 	}
-	// The state follows the parenthesised command name: "pid (comm) S ...".
-	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
 // Stats implements runtime.Runtime from the sandbox's cgroups.
@@ -491,7 +534,7 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	if err != nil {
 		return st, err
 	}
-	st.DiskUsed, st.DiskTotal = diskUsage(r.dir(id))
+	st.DiskUsed, st.DiskTotal = hostfs.DiskUsage(r.dir(id))
 	return st, nil
 }
 

@@ -80,7 +80,7 @@ func seccompProfile() *specs.LinuxSeccomp {
 //     privileges. envd starts processes as any user itself, so the SDK's
 //     "user" and "root" users both work without sudo.
 //   - /sys is a bind of sysDir, a sysfs mounted from the sandbox's netns on
-//     the host (mountSysfs): a sysfs mount inside needs a netns the user
+//     the host (hostfs.MountSysfs): a sysfs mount inside needs a netns the user
 //     namespace owns, and a bind of the host's /sys would show the host's
 //     network devices.
 func ociSpec(s runtime.Spec, nsPath, cgroupsPath, sysDir string, ids idmap.Range) *specs.Spec {
@@ -106,7 +106,7 @@ func ociSpec(s runtime.Spec, nsPath, cgroupsPath, sysDir string, ids idmap.Range
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: caps, Effective: caps, Permitted: caps,
 			},
-			Rlimits:         nofile(),
+			Rlimits:         rlimits(s.Pids),
 			NoNewPrivileges: true,
 		},
 		Mounts: defaultMounts(sysDir),
@@ -175,6 +175,32 @@ func resources(s runtime.Spec) *specs.LinuxResources {
 // ociVersion is the spec version written to config.json: crun 1.8 rejects
 // versions newer than it knows (the Go types are v1.3.0; the fields we use exist in 1.0.2).
 const ociVersion = "1.0.2"
+
+// rlimits are the sandbox's resource limits: RLIMIT_NOFILE, and
+// RLIMIT_NPROC a reserve below the cgroup's pids limit. The kernel counts
+// RLIMIT_NPROC per user inside the sandbox's own user namespace, and
+// envd's children inherit it, so a fork bomb run as any account other
+// than envd's (root) stops short of the pids limit and leaves envd the
+// threads the Go runtime needs: a Go program that cannot start a thread
+// dies ("fatal error: newosproc"), and with envd the sandbox. A bomb run
+// as root shares envd's count and can still take its own sandbox down
+// (docs/threat-model.md).
+func rlimits(pids int) []specs.POSIXRlimit {
+	r := nofile()
+	if pids > 0 {
+		n := uint64(pids - envdPidsReserve(pids))
+		r = append(r, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n})
+	}
+	return r
+}
+
+// envdPidsReserve is how many of a sandbox's pids RLIMIT_NPROC keeps
+// for envd: an eighth, at least 32 (envd runs ~10 threads idle and one
+// per concurrent blocking call), never the whole limit.
+func envdPidsReserve(pids int) int {
+	r := max(pids/8, 32)
+	return min(r, pids/2)
+}
 
 // nofile is RLIMIT_NOFILE for the sandbox: 65536, capped at our own hard
 // limit, which a host without CAP_SYS_RESOURCE cannot raise.

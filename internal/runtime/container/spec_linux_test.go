@@ -116,3 +116,25 @@ func TestTraversable(t *testing.T) {
 		t.Errorf("ancestor changed to %v", fi.Mode().Perm())
 	}
 }
+
+// TestRlimitsReserveThreadsForEnvd: RLIMIT_NPROC sits below the pids
+// limit by a reserve, so a fork bomb (not run as root) cannot take the
+// threads envd needs to survive it (test/e2e isolation: fork bomb).
+func TestRlimitsReserveThreadsForEnvd(t *testing.T) {
+	for _, tc := range []struct{ pids, nproc int }{
+		{0, -1}, {1024, 896}, {4096, 3584}, {128, 96}, {40, 20}, {1, 1},
+	} {
+		got := -1
+		for _, r := range rlimits(tc.pids) {
+			if r.Type == "RLIMIT_NPROC" {
+				if r.Soft != r.Hard {
+					t.Errorf("pids %d: soft %d != hard %d: a sandbox could raise its own", tc.pids, r.Soft, r.Hard)
+				}
+				got = int(r.Hard)
+			}
+		}
+		if got != tc.nproc {
+			t.Errorf("pids %d: RLIMIT_NPROC %d, want %d", tc.pids, got, tc.nproc)
+		}
+	}
+}

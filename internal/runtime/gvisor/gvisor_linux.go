@@ -2,8 +2,6 @@ package gvisor
 
 import (
 	"context"
-	"os"
-	"strings"
 
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/container"
@@ -15,13 +13,10 @@ func init() {
 	})
 }
 
-// New returns the gvisor backend: the container backend driving runsc.
-// MOAT_GVISOR_PLATFORM overrides the platform (default ptrace),
-// MOAT_GVISOR_NETWORK the network mode (default sandbox) and
-// MOAT_GVISOR_FLAGS adds runsc flags (space-separated, e.g. debug logs)
-// and MOAT_RUNSC is the runsc binary (default: runsc on PATH).
+// New returns the gvisor backend: the container backend driving runsc
+// (cfg.Backends: Runsc, GVisorPlatform, GVisorNetwork, GVisorFlags).
 func New(ctx context.Context, cfg runtime.Config, opts ...container.Option) (*container.Runtime, error) {
-	c := container.GVisorConfig{Platform: os.Getenv("MOAT_GVISOR_PLATFORM"), Network: os.Getenv("MOAT_GVISOR_NETWORK"),
-		Flags: strings.Fields(os.Getenv("MOAT_GVISOR_FLAGS")), Binary: os.Getenv("MOAT_RUNSC")}
+	b := cfg.Backends
+	c := container.GVisorConfig{Platform: b.GVisorPlatform, Network: b.GVisorNetwork, Flags: b.GVisorFlags, Binary: b.Runsc}
 	return container.New(ctx, cfg, append([]container.Option{container.WithGVisor(c)}, opts...)...)
 }

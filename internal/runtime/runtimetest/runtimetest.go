@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,7 +45,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	}{
 		{"CreateKill", testCreateKill},
 		{"KillUnknown", testKillUnknown},
-		{"StatsAlive", testStatsAlive},
+		{"StatsRunning", testStatsRunning},
+		{"WaitSeesDeath", testWaitSeesDeath},
 		{"PauseTwiceResume", testPauseTwice},
 		{"ResumeUnknown", testResumeUnknown},
 		{"ResumeRunning", testResumeRunning},
@@ -115,8 +117,8 @@ func testCreateKill(t *testing.T, h Harness) {
 	if err := h.Runtime.Kill(ctx, hd.ID); err != nil {
 		t.Fatalf("kill: %v", err)
 	}
-	if h.Runtime.Alive(ctx, hd.ID) {
-		t.Error("alive after kill")
+	if running(hd.ID, h) {
+		t.Error("still running after kill")
 	}
 	noLeaks(t, h, hd.ID)
 	if err := h.Runtime.Kill(ctx, hd.ID); err != nil {
@@ -129,17 +131,17 @@ func testKillUnknown(t *testing.T, h Harness) {
 	if err := h.Runtime.Kill(ctxT(t), id); err != nil {
 		t.Errorf("kill of an unknown sandbox: %v", err)
 	}
-	if h.Runtime.Alive(ctxT(t), id) {
-		t.Error("unknown sandbox alive")
+	if _, err := h.Runtime.Wait(ctxT(t), id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("wait for an unknown sandbox: %v, want not found", err)
 	}
 	noLeaks(t, h, id)
 }
 
-func testStatsAlive(t *testing.T, h Harness) {
+func testStatsRunning(t *testing.T, h Harness) {
 	hd := create(t, h)
 	ctx := ctxT(t)
-	if !h.Runtime.Alive(ctx, hd.ID) {
-		t.Fatal("not alive after create")
+	if !running(hd.ID, h) {
+		t.Fatal("not running after create")
 	}
 	st, err := h.Runtime.Stats(ctx, hd.ID)
 	if err != nil {
@@ -165,10 +167,63 @@ func testPauseTwice(t *testing.T, h Harness) {
 	if err != nil || nh == nil {
 		t.Fatalf("resume: %v (handle %v)", err, nh)
 	}
-	if nh.Paused || !h.Runtime.Alive(ctx, hd.ID) {
-		t.Fatalf("after resume: handle %+v, alive %v", nh, h.Runtime.Alive(ctx, hd.ID))
+	if nh.Paused || !running(hd.ID, h) {
+		t.Fatalf("after resume: handle %+v, running %v", nh, running(hd.ID, h))
 	}
 	ready(t, h, nh)
+}
+
+// testWaitSeesDeath: a Wait under way returns soon after the sandbox's
+// process dies behind the runtime's back (SIGKILL of Handle.PID; a
+// runtime's own Kill when the handle has no PID), and later Waits return
+// at once.
+func testWaitSeesDeath(t *testing.T, h Harness) {
+	hd := create(t, h)
+	ctx := ctxT(t)
+	type result struct {
+		st  runtime.ExitStatus
+		err error
+		at  time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := h.Runtime.Wait(ctx, hd.ID)
+		done <- result{st, err, time.Now()}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("wait returned while the sandbox runs: %v, %v", r.st, r.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	killed := time.Now()
+	if hd.PID > 0 {
+		if err := syscall.Kill(hd.PID, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill process %d: %v", hd.PID, err)
+		}
+	} else if err := h.Runtime.Kill(ctx, hd.ID); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	select {
+	case r := <-done:
+		t.Logf("wait returned %v after the death (%s, err %v)", r.at.Sub(killed), r.st, r.err)
+		if r.err != nil && !errors.Is(r.err, errdefs.ErrNotFound) {
+			t.Errorf("wait: %v", r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("wait still blocked 10 s after the sandbox died")
+	}
+	if running(hd.ID, h) {
+		t.Error("a second wait blocks on a dead sandbox")
+	}
+}
+
+// running reports whether id's process runs: a Wait is still blocked
+// after a moment.
+func running(id string, h Harness) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := h.Runtime.Wait(ctx, id)
+	return errors.Is(err, context.DeadlineExceeded)
 }
 
 func testResumeUnknown(t *testing.T, h Harness) {
@@ -188,8 +243,8 @@ func testResumeRunning(t *testing.T, h Harness) {
 	} else if nh == nil {
 		t.Error("resume succeeded without a handle")
 	}
-	if !h.Runtime.Alive(ctx, hd.ID) {
-		t.Fatal("not alive after resuming a running sandbox")
+	if !running(hd.ID, h) {
+		t.Fatal("not running after resuming a running sandbox")
 	}
 	ready(t, h, hd)
 }
@@ -216,11 +271,11 @@ func testRecover(t *testing.T, h Harness) {
 	if !adopted {
 		t.Errorf("recover did not adopt live sandbox %s (got %d handles)", live.ID, len(hs))
 	}
-	if !h.Runtime.Alive(ctx, live.ID) {
-		t.Error("live sandbox not alive after recover")
+	if !running(live.ID, h) {
+		t.Error("live sandbox not running after recover")
 	}
-	if h.Runtime.Alive(ctx, dead.ID) {
-		t.Error("sandbox not in live still alive after recover")
+	if running(dead.ID, h) {
+		t.Error("sandbox not in live still running after recover")
 	}
 	noLeaks(t, h, dead.ID)
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/moatsh/moat/internal/netpolicy"
@@ -43,16 +42,12 @@ func TestVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = np.Close() })
-	var once sync.Once
-	var rt *vm.Runtime
+	rt, err := vm.New(context.Background(), runtime.Config{DataDir: filepath.Join(dir, "data"), Logger: log},
+		vm.WithNetwork(np), vm.WithInit(initBin), vm.WithCgroupParent("/moatrv"))
+	if err != nil {
+		requirement(t, "vm runtime: "+err.Error())
+	}
 	runtimetest.Run(t, func(t *testing.T) runtimetest.Harness {
-		once.Do(func() {
-			rt, err = vm.New(context.Background(), runtime.Config{DataDir: filepath.Join(dir, "data"), Logger: log},
-				vm.WithNetwork(np), vm.WithInit(initBin), vm.WithCgroupParent("/moatrv"))
-		})
-		if err != nil {
-			requirement(t, "vm runtime: "+err.Error())
-		}
 		return runtimetest.Harness{
 			Runtime: rt,
 			Spec: func(id string) runtime.Spec {
@@ -62,6 +57,7 @@ func TestVM(t *testing.T) {
 			Ready: envdReady,
 		}
 	})
+	t.Run("OrchestratorReportsDeath", func(t *testing.T) { reportDeath(t, rt, rootfs) })
 	if _, err := rt.Recover(context.Background(), nil); err != nil {
 		t.Errorf("final recover: %v", err)
 	}

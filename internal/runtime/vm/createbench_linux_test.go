@@ -45,22 +45,22 @@ func runCreateBench(b *testing.B) {
 		if cold {
 			spec.TemplateID = variants[0].template
 		}
-		r.o.coldSnapshot = cold
+		r.tpl.ColdSnapshot = cold
 		if _, err := r.Create(ctx, spec); err != nil {
 			b.Fatal(err)
 		}
 		_ = r.Kill(ctx, spec.ID)
 	}
-	r.o.coldSnapshot = false
+	r.tpl.ColdSnapshot = false
 	spares := r.spares
-	defer func() { r.spares, r.o.coldSnapshot = spares, false }()
+	defer func() { r.spares, r.tpl.ColdSnapshot = spares, false }()
 	type res struct{ creates, firsts, seconds []time.Duration }
 	out := make([]res, len(variants))
 	for i := 0; i < rounds*len(variants); i++ {
 		v := variants[i%len(variants)]
 		// Without spares: a nil set (its refills go on, so the next
 		// round with spares finds them made).
-		r.spares, r.o.coldSnapshot = spares, v.template == variants[0].template
+		r.spares, r.tpl.ColdSnapshot = spares, v.template == variants[0].template
 		if !v.spares {
 			r.spares = nil
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/vm/image"
 )
 
 // guestDisk is what the guest sees: its disk's size (/sys/block/vda/size)
@@ -70,7 +71,7 @@ func TestDiskSize(t *testing.T) {
 	defer cancel()
 	// The default (no DiskMiB) keeps the template's disk.
 	def := create(t, r)
-	img, err := qcow2Size(diskOf(r, def.ID))
+	img, err := image.Qcow2Size(diskOf(r, def.ID))
 	if err != nil {
 		t.Fatal(err)
 	}

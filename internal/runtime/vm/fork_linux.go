@@ -10,6 +10,10 @@ import (
 
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/qmp"
+	"github.com/moatsh/moat/internal/runtime/vm/memfile"
+	"github.com/moatsh/moat/internal/runtime/vm/qemu"
+	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
+	"github.com/moatsh/moat/internal/runtime/vm/volserver"
 	"github.com/moatsh/moat/internal/sparse"
 )
 
@@ -37,6 +41,10 @@ func (r *Runtime) Snapshot(ctx context.Context, id, snapID string) (retErr error
 	}
 	defer b.mu.Unlock()
 	dir := r.sandboxDir(id)
+	if vs, err := volserver.ReadVolumes(dir); err != nil || len(vs) > 0 {
+		return errors.Join(err, errdefs.Publicf(errdefs.ErrInvalidArgument,
+			"sandbox %s mounts volumes: snapshots and forks of a sandbox with volumeMounts are not supported", id))
+	}
 	final := r.snapshotDir(snapID)
 	tmp := final + ".tmp"
 	if _, err := os.Stat(final); err == nil {
@@ -58,9 +66,9 @@ func (r *Runtime) Snapshot(ctx context.Context, id, snapID string) (retErr error
 		return fmt.Errorf("snapshot sandbox %s: %w", id, err)
 	}
 	start := time.Now()
-	data, err := r.copyStopped(ctx, c, b.proc.con, dir, tmp)
+	data, err := r.copyStopped(ctx, c, b.proc.Con, dir, tmp)
 	stopped := time.Since(start)
-	if terr := r.thaw(ctx, c, b.proc.con, true); terr != nil {
+	if terr := r.thaw(ctx, c, b.proc.Con, true); terr != nil {
 		err = errors.Join(err, fmt.Errorf("continue sandbox: %w", terr))
 	}
 	if err != nil {
@@ -78,7 +86,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id, snapID string) (retErr error
 // copyStopped freezes the guest and copies its device state, memory and
 // disk into dst. The copies need not be durable yet: they do not change
 // once the guest runs again.
-func (r *Runtime) copyStopped(ctx context.Context, c *qmp.Client, con *console, dir, dst string) (int64, error) {
+func (r *Runtime) copyStopped(ctx context.Context, c *qmp.Client, con *qemu.Console, dir, dst string) (int64, error) {
 	if err := r.freeze(ctx, c, con, filepath.Join(dst, "state"), &pauseTimes{}); err != nil {
 		return 0, err
 	}
@@ -95,14 +103,14 @@ func (r *Runtime) copyStopped(ctx context.Context, c *qmp.Client, con *console, 
 }
 
 // commitSnapshot makes the snapshot in tmp durable and renames it to final.
-func commitSnapshot(tmp, final string, meta *vmMeta) error {
-	if err := writeMeta(tmp, meta); err != nil {
+func commitSnapshot(tmp, final string, meta *snapshot.Meta) error {
+	if err := snapshot.WriteMeta(tmp, meta); err != nil {
 		return err
 	}
-	if err := syncFiles(filepath.Join(tmp, "mem"), filepath.Join(tmp, "disk.qcow2"), filepath.Join(tmp, "state")); err != nil {
+	if err := memfile.SyncFiles(filepath.Join(tmp, "mem"), filepath.Join(tmp, "disk.qcow2"), filepath.Join(tmp, "state")); err != nil {
 		return err
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := memfile.SyncDir(tmp); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, final); err != nil {
@@ -111,7 +119,7 @@ func commitSnapshot(tmp, final string, meta *vmMeta) error {
 		}
 		return err
 	}
-	return syncDir(filepath.Dir(final))
+	return memfile.SyncDir(filepath.Dir(final))
 }
 
 // DeleteSnapshot implements runtime.Snapshotter; unknown IDs succeed. Sandboxes
@@ -130,19 +138,19 @@ func (r *Runtime) DeleteSnapshot(ctx context.Context, snapID string) error {
 // loadSnapshot returns snapshot snapID for a restore. Errors: ErrNotFound,
 // ErrFailedPrecondition (taken with another guest kernel, initramfs or
 // accelerator than this runtime uses).
-func (r *Runtime) loadSnapshot(ctx context.Context, snapID string) (*snapshot, error) {
+func (r *Runtime) loadSnapshot(ctx context.Context, snapID string) (*snapshot.Snapshot, error) {
 	if err := validID(snapID); err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	dir := r.snapshotDir(snapID)
-	meta, err := readMeta(dir)
+	meta, err := snapshot.ReadMeta(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("snapshot %s: %w", snapID, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", snapID, err)
 	}
-	bf, accel, err := r.machineBase(ctx)
+	bf, accel, err := r.tpl.MachineBase(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +158,7 @@ func (r *Runtime) loadSnapshot(ctx context.Context, snapID string) (*snapshot, e
 		return nil, fmt.Errorf("snapshot %s was taken with guest kernel %s (boot files %s) and %s; this runtime uses %s (boot files %s) and %s: %w",
 			snapID, meta.BootVersion, meta.BootKey, meta.Accel, bf.Version, bf.Key, accel, errdefs.ErrFailedPrecondition)
 	}
-	s := meta.snapshotOf(dir)
+	s := meta.Snapshot(dir)
 	s.Boot, s.Fork = bf, true
 	return s, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 )
 
 // fork creates a sandbox from snapshot snapID, killed at the end of the test.
@@ -127,7 +128,7 @@ func TestSnapshotMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := writeMeta(dir, &vmMeta{Accel: "kvm", VCPUs: 1, MemMiB: 256, Kernel: "/k", Initramfs: "/i",
+	if err := snapshot.WriteMeta(dir, &snapshot.Meta{Accel: "kvm", VCPUs: 1, MemMiB: 256, Kernel: "/k", Initramfs: "/i",
 		BootVersion: "0.0", BootKey: "other"}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/jail"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/vm/qemu"
+	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 )
 
 // procStatus reads /proc/<pid>/status as key → value.
@@ -38,7 +40,7 @@ func procStatus(t *testing.T, pid int) map[string]string {
 // IDs nor their jails reach the data dir or the other sandbox.
 func TestQEMUJailed(t *testing.T) {
 	r := testRuntime(t)
-	if r.o.noJail {
+	if r.launcher.NoJail {
 		t.Skip("runtime without jail")
 	}
 	a, b := create(t, r), create(t, r)
@@ -142,7 +144,7 @@ func checkFDs(t *testing.T, r *Runtime, h *runtime.Handle) {
 		case "0":
 			ok = target == "/dev/null"
 		case "1", "2":
-			ok = target == qemuLogPath(dir)
+			ok = target == qemu.LogPath(dir)
 		}
 		if !ok {
 			t.Errorf("%s: qemu fd %s -> %s", h.ID, e.Name(), target)
@@ -168,12 +170,12 @@ func checkCannotOpen(t *testing.T, ids idmap.Range, paths []string) {
 // setup as its QEMU) reads its own memory file but none of paths.
 func checkJailView(t *testing.T, r *Runtime, h *runtime.Handle, ids idmap.Range, paths []string) {
 	t.Helper()
-	meta, err := readMeta(r.sandboxDir(h.ID))
+	meta, err := snapshot.ReadMeta(r.sandboxDir(h.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := r.sandboxMachine(h.ID, meta)
-	jc, err := jailConfig(r.o.qemu, "", m, ids)
+	jc, err := qemu.JailConfig(r.o.qemu, "", m, ids)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,24 +9,18 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/cgroups"
-	"github.com/moatsh/moat/internal/cleanup"
 	"github.com/moatsh/moat/internal/errdefs"
-	"github.com/moatsh/moat/internal/idmap"
-	"github.com/moatsh/moat/internal/jail"
-	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
 	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
+	"github.com/moatsh/moat/internal/runtime/vm/image"
+	"github.com/moatsh/moat/internal/runtime/vm/launch"
+	"github.com/moatsh/moat/internal/runtime/vm/memfile"
+	"github.com/moatsh/moat/internal/runtime/vm/qemu"
+	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 	"github.com/moatsh/moat/internal/sparse"
 )
-
-// qemuOverheadMiB is what QEMU itself may use beyond guest RAM (the TCG
-// translation cache is capped at 128 MiB by tb-size).
-const qemuOverheadMiB = 320
-
-// qemuPids bounds QEMU's threads (vCPUs, I/O workers); guest processes are
-// limited inside the guest, not here.
-const qemuPids = 256
 
 // validID reports whether id can name this backend's host objects: up to 40 of [a-z0-9].
 func validID(id string) error { return runtime.ValidateID(id, 40) }
@@ -47,7 +41,7 @@ func withDefaults(spec runtime.Spec) runtime.Spec {
 // a new QEMU whose RAM is the sandbox's own sparse copy of the snapshot's
 // memory file, with a qcow2 overlay of the template's disk, then waits for
 // envd. The disk is grown online to Spec.DiskMiB when that is larger than
-// the snapshot's disk (see disk_linux.go); Spec.Pids is not enforced
+// the snapshot's disk (see image/disk_linux.go); Spec.Pids is not enforced
 // (processes are limited by guest memory). A sandbox from a snapshot gets
 // the snapshot's vCPUs and memory size. Errors: ErrAlreadyExists (id in
 // use), ErrNotFound (no such snapshot), ErrInvalidArgument (Spec.DiskMiB
@@ -87,8 +81,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	if err != nil {
 		return nil, err
 	}
+	if err := r.mountVolumes(ctx, h, spec.Volumes); err != nil { // volumes_linux.go
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
 	b.handle, b.created = h, true
-	r.flush.add(filepath.Join(r.sandboxDir(id), "mem"))
+	r.flush.Add(filepath.Join(r.sandboxDir(id), "mem"))
 	from := "template"
 	if spec.Snapshot != "" {
 		from = "snapshot " + spec.Snapshot
@@ -103,11 +100,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 }
 
 // sourceSnapshot is what spec restores: its Snapshot, else its template's.
-func (r *Runtime) sourceSnapshot(ctx context.Context, spec runtime.Spec) (*snapshot, error) {
+func (r *Runtime) sourceSnapshot(ctx context.Context, spec runtime.Spec) (*snapshot.Snapshot, error) {
 	if spec.Snapshot != "" {
 		return r.loadSnapshot(ctx, spec.Snapshot)
 	}
-	return r.ensureSnapshot(ctx, spec)
+	return r.tpl.Ensure(ctx, spec)
 }
 
 // restoreTimes are the milestones of a restore, for the log.
@@ -119,15 +116,15 @@ type restoreTimes struct {
 // restore gives sandbox spec.ID its files, network and QEMU, loads snap
 // into it and waits for envd and the guest's restore marker. Undos go onto
 // b.undo; b.mu is held.
-func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot, b *sandbox) (*runtime.Handle, restoreTimes, error) {
+func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot.Snapshot, b *sandbox) (*runtime.Handle, restoreTimes, error) {
 	var tm restoreTimes
 	id := spec.ID
 	dir := r.sandboxDir(id)
-	have, err := qcow2Size(snap.disk())
+	have, err := image.Qcow2Size(snap.Disk())
 	if err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	grow, err := diskTarget(spec, have)
+	grow, err := image.DiskTarget(spec, have)
 	if err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
@@ -147,17 +144,22 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 	if err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	p, c, err := r.launch(ctx, r.cgroupPath(id), n, m, ids, limitsFor(meta), &b.undo)
+	lim := launch.Limits(meta.MemMiB, meta.VCPUs)
+	lim.Background = spec.Background
+	p, c, err := r.launcher.Launch(ctx, r.cgroupPath(id), n, m, ids, lim, &b.undo)
 	if err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	b.proc, b.qmp = p, c
+	if err := r.startVolumes(ctx, id, n, ids, spec.Volumes, b, &b.undo, false); err != nil {
+		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+	}
 	tm.launched = time.Now()
-	restored := p.con.watch(guestinit.RestoredMarker)
-	defer restored.stop()
-	grown := p.con.watch(guestinit.GrownMarker)
-	defer grown.stop()
-	if err := incoming(ctx, c, snap.state()); err != nil {
+	restored := p.Con.Watch(guestinit.RestoredMarker)
+	defer restored.Stop()
+	grown := p.Con.Watch(guestinit.GrownMarker)
+	defer grown.Stop()
+	if err := qemu.Incoming(ctx, c, snap.State()); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: restore: %w", id, err)
 	}
 	tm.loaded = time.Now()
@@ -165,25 +167,25 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 		return nil, tm, fmt.Errorf("sandbox %s: restore: %w", id, err)
 	}
 	if grow > 0 {
-		if err := growDisk(ctx, c, grow); err != nil {
+		if err := qemu.GrowDisk(ctx, c, grow); err != nil {
 			return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 		}
 	}
-	if err := setLink(ctx, c, true); err != nil {
+	if err := qemu.SetLink(ctx, c, true); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	tm.restored = time.Now()
-	h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: p.pid}
-	if err := waitHealth(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
-		return nil, tm, fmt.Errorf("sandbox %s: %w (console: %q)", id, err, p.con.tail(1024))
+	h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: p.Pid}
+	if err := guestenvd.WaitHealth(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
+		return nil, tm, fmt.Errorf("sandbox %s: %w (console: %q)", id, err, p.Con.Tail(1024))
 	}
 	tm.health = time.Now()
 	// Fresh CRNG and clock before anyone else talks to the guest.
-	if err := restored.wait(ctx, r.o.readyTimeout); err != nil {
+	if err := restored.Wait(ctx, r.o.readyTimeout); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	if grow > 0 {
-		if err := grown.wait(ctx, r.o.readyTimeout); err != nil {
+		if err := grown.Wait(ctx, r.o.readyTimeout); err != nil {
 			return nil, tm, fmt.Errorf("sandbox %s: grow root file system to %d MiB: %w", id, grow>>20, err)
 		}
 	}
@@ -192,8 +194,8 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 
 // prepareDir creates the sandbox directory with its own copy of snap's
 // memory file, its disk (an overlay of the template's disk) and meta.json:
-// a spare's files when there is one (see spare_linux.go), else copies.
-func (r *Runtime) prepareDir(ctx context.Context, spec runtime.Spec, snap *snapshot, dir string, b *sandbox, tm *restoreTimes) (*vmMeta, error) {
+// a spare's files when there is one (see package memfile), else copies.
+func (r *Runtime) prepareDir(ctx context.Context, spec runtime.Spec, snap *snapshot.Snapshot, dir string, b *sandbox, tm *restoreTimes) (*snapshot.Meta, error) {
 	if _, err := os.Stat(dir); err == nil {
 		return nil, fmt.Errorf("%s exists: %w", dir, errdefs.ErrAlreadyExists)
 	}
@@ -201,14 +203,14 @@ func (r *Runtime) prepareDir(ctx context.Context, spec runtime.Spec, snap *snaps
 		return nil, err
 	}
 	b.undo.Push(func() error { return os.RemoveAll(dir) })
-	if !r.spares.take(snap, dir) {
+	if !r.spares.Take(memfile.Source{Dir: snap.Dir, Fork: snap.Fork}, dir) {
 		if err := copySnapshotFiles(ctx, snap, dir, tm); err != nil {
 			return nil, err
 		}
 	}
-	meta := metaOf(snap)
+	meta := snapshot.MetaOf(snap)
 	meta.Source, meta.AllowInternet = snap.Dir, spec.AllowInternet
-	if err := writeMeta(dir, meta); err != nil {
+	if err := snapshot.WriteMeta(dir, meta); err != nil {
 		return nil, err
 	}
 	return meta, nil
@@ -217,141 +219,31 @@ func (r *Runtime) prepareDir(ctx context.Context, spec runtime.Spec, snap *snaps
 // copySnapshotFiles gives dir its own copy of snap's memory file (whose
 // writeback starts at once, so that a pause soon after does not wait for
 // it) and its disk: an overlay of snap's, or for a Fork a copy.
-func copySnapshotFiles(ctx context.Context, snap *snapshot, dir string, tm *restoreTimes) error {
+func copySnapshotFiles(ctx context.Context, snap *snapshot.Snapshot, dir string, tm *restoreTimes) error {
 	mem := filepath.Join(dir, "mem")
-	n, err := sparse.Copy(snap.mem(), mem)
+	n, err := sparse.Copy(snap.Mem(), mem)
 	if err != nil {
 		return err
 	}
-	go startWriteback(mem)
+	go memfile.StartWriteback(mem)
 	tm.memData = n
 	disk := filepath.Join(dir, "disk.qcow2")
 	if snap.Fork {
 		// The snapshot's disk is an overlay of the template's disk: a copy
 		// of it keeps that backing file, and the sandbox does not depend
 		// on the snapshot once created (DeleteSnapshot may remove it).
-		_, err = sparse.Copy(snap.disk(), disk)
+		_, err = sparse.Copy(snap.Disk(), disk)
 		return err
 	}
-	return qcow2Overlay(ctx, snap.disk(), "qcow2", disk)
+	return image.Qcow2Overlay(ctx, snap.Disk(), "qcow2", disk)
 }
 
 // sandboxMachine is the QEMU of sandbox id restoring into its own files.
-func (r *Runtime) sandboxMachine(id string, meta *vmMeta) *machine {
+func (r *Runtime) sandboxMachine(id string, meta *snapshot.Meta) *qemu.Machine {
 	dir := r.sandboxDir(id)
-	m := r.machineFor("moat-"+id, dir, meta.snapshotOf(dir))
+	m := meta.Snapshot(dir).Machine("moat-"+id, dir, r.tscKHz)
 	m.Disk, m.MemPath, m.MemShared, m.Incoming = filepath.Join(dir, "disk.qcow2"), filepath.Join(dir, "mem"), true, true
 	return m
-}
-
-// limitsFor are the cgroup limits of a sandbox's QEMU.
-func limitsFor(meta *vmMeta) *cgroups.Limits {
-	return &cgroups.Limits{MemoryBytes: int64(meta.MemMiB+qemuOverheadMiB) << 20, Pids: qemuPids, CPUs: meta.VCPUs}
-}
-
-// machineFor is the QEMU layout shared by a snapshot and its restores.
-func (r *Runtime) machineFor(name, dir string, snap *snapshot) *machine {
-	return &machine{Name: name, Accel: snap.Accel, TSCkHz: r.tscKHz, VCPUs: snap.VCPUs, MemMiB: snap.MemMiB,
-		Kernel: snap.Boot.Kernel, Initramfs: snap.Boot.Initramfs, MemPath: snap.mem(),
-		QMP: filepath.Join(dir, "qmp.sock"), Console: filepath.Join(dir, "console.sock"), PidFile: filepath.Join(dir, "pid")}
-}
-
-// launch prepares the guest network in n's namespace, starts QEMU there,
-// jailed as the root ID of ids (see jail_linux.go) unless WithoutJail (in
-// cgroup cg with lim, when lim is set), and connects to its console and
-// QMP sockets. Each acquisition pushes its undo onto undo.
-func (r *Runtime) launch(ctx context.Context, cg string, n *netpolicy.Net, m *machine, ids idmap.Range, lim *cgroups.Limits, undo *cleanup.Stack) (*proc, *qmp.Client, error) {
-	if len(m.QMP) >= 108 || len(m.Console) >= 108 {
-		return nil, nil, fmt.Errorf("qmp socket path %s is too long for a unix socket (shorten the data dir): %w", m.QMP, errdefs.ErrInvalidArgument)
-	}
-	jc, err := r.prepareJail(n, m, ids)
-	if err != nil {
-		return nil, nil, err
-	}
-	owner := 0
-	if jc != nil {
-		owner = jc.UID
-	}
-	if err := setupGuestNet(n.NSPath, n.SandboxAddr, n.SandboxAddr6, owner, owner); err != nil {
-		return nil, nil, err
-	}
-	if lim != nil {
-		undo.Push(func() error { return cgroups.Remove(cg) })
-		if err := cgroups.Create(cg, *lim); err != nil {
-			return nil, nil, err
-		}
-	}
-	dir := filepath.Dir(m.QMP)
-	undo.Push(func() error { return unmountQEMULog(dir) })
-	if err := mountQEMULog(dir); err != nil {
-		return nil, nil, err
-	}
-	qemuLog := qemuLogPath(dir)
-	p, err := start(r.o.qemu, n.NSPath, qemuLog, m, jc)
-	if err != nil {
-		return nil, nil, err
-	}
-	var c *qmp.Client
-	undo.Push(func() error {
-		err := p.stop(context.Background(), c)
-		if c != nil {
-			c.Close()
-		}
-		return err
-	})
-	// QEMU runs no guest code before its console is connected below, so
-	// the guest never runs outside the cgroup.
-	if lim != nil {
-		if err := cgroups.AddPID(cg, p.pid); err != nil {
-			return nil, nil, err
-		}
-	}
-	// QEMU waits for the console connection before it opens QMP.
-	if p.con, err = dialConsole(ctx, m.Console, consoleLog(m), p.alive); err != nil {
-		return nil, nil, fmt.Errorf("%w (qemu: %q)", err, tail(qemuLog, 1024))
-	}
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, err = dialQMPAt(dctx, m.QMP)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w (qemu: %q)", err, tail(qemuLog, 1024))
-	}
-	return p, c, nil
-}
-
-// prepareJail removes what an earlier QEMU of m's directory left (its
-// sockets and pidfile, which a QEMU of another user could not replace)
-// and, unless WithoutJail, hands the directory to ids' root and returns
-// the jail of m's QEMU; nil means no jail.
-func (r *Runtime) prepareJail(n *netpolicy.Net, m *machine, ids idmap.Range) (*jail.Config, error) {
-	for _, f := range []string{m.QMP, m.Console, m.PidFile} {
-		_ = os.Remove(f)
-	}
-	if r.o.noJail {
-		return nil, nil
-	}
-	if err := ownForQEMU(filepath.Dir(m.QMP), ids, m.MemPath, m.Disk); err != nil {
-		return nil, err
-	}
-	return jailConfig(r.o.qemu, n.NSPath, m, ids)
-}
-
-// consoleLog is where m's console output is mirrored (capped, see console_linux.go).
-func consoleLog(m *machine) string { return filepath.Join(filepath.Dir(m.Console), "console.log") }
-
-// tail returns the last n bytes of a file, for error messages.
-func tail(path string, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > n {
-		_, _ = f.Seek(fi.Size()-n, 0)
-	}
-	b := make([]byte, n)
-	k, _ := f.Read(b)
-	return string(b[:k])
 }
 
 // Kill implements runtime.Runtime: QMP quit, then SIGKILL; network, cgroup
@@ -367,7 +259,7 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 	if !b.created {
 		r.pushAll(ctx, id, b)
 	}
-	r.flush.remove(filepath.Join(r.sandboxDir(id), "mem"))
+	r.flush.Remove(filepath.Join(r.sandboxDir(id), "mem"))
 	err := b.undo.Run()
 	b.created, b.paused, b.proc, b.qmp = false, false, nil, nil
 	r.boxes.Forget(id, b)
@@ -383,13 +275,14 @@ func (r *Runtime) pushAll(ctx context.Context, id string, b *sandbox) {
 	ctx = context.WithoutCancel(ctx)
 	dir := r.sandboxDir(id)
 	b.undo.Push(func() error { return os.RemoveAll(dir) })
-	b.undo.Push(func() error { return unmountQEMULog(dir) })
+	b.undo.Push(func() error { return qemu.UnmountLog(dir) })
 	b.undo.Push(func() error { return r.net.Teardown(ctx, id) })
 	b.undo.Push(func() error { return cgroups.Remove(r.cgroupPath(id)) })
+	b.undo.Push(func() error { return r.stopVolumes(id, b) })
 	b.undo.Push(func() error {
 		p := b.proc
 		if p == nil {
-			p = adoptProc(dir)
+			p = qemu.Adopt(dir)
 		}
 		if p == nil {
 			return nil
@@ -397,10 +290,10 @@ func (r *Runtime) pushAll(ctx context.Context, id string, b *sandbox) {
 		c := b.qmp
 		if c == nil {
 			dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			c, _ = dialQMPAt(dctx, filepath.Join(dir, "qmp.sock"))
+			c, _ = qemu.DialQMP(dctx, filepath.Join(dir, "qmp.sock"))
 			cancel()
 		}
-		err := p.stop(ctx, c)
+		err := p.Stop(ctx, c)
 		if c != nil {
 			c.Close()
 		}
@@ -414,7 +307,7 @@ func (r *Runtime) client(ctx context.Context, id string, b *sandbox) (*qmp.Clien
 	if b.qmp == nil {
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		c, err := dialQMPAt(dctx, filepath.Join(r.sandboxDir(id), "qmp.sock"))
+		c, err := qemu.DialQMP(dctx, filepath.Join(r.sandboxDir(id), "qmp.sock"))
 		if err != nil {
 			return nil, fmt.Errorf("sandbox %s: %w", id, err)
 		}
@@ -447,18 +340,30 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	return st, nil
 }
 
-// Alive implements runtime.Runtime: the QEMU process exists, or the
-// sandbox is paused and its saved state exists.
-func (r *Runtime) Alive(ctx context.Context, id string) bool {
-	b, ok := r.boxes.Lookup(id)
-	if !ok {
-		return false
+// Wait implements runtime.Runtime: QEMU's process wait for a VM this
+// process started (exit code and signal known), a pidfd for one adopted
+// after a restart. A sandbox paused to disk has no QEMU: not found.
+func (r *Runtime) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
+	var p *qemu.Proc
+	if b, ok := r.boxes.Lookup(id); ok {
+		b.mu.Lock()
+		if b.created {
+			p = b.proc
+		}
+		b.mu.Unlock()
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.paused {
-		_, err := os.Stat(r.statePath(id))
-		return b.created && err == nil
+	if p == nil {
+		return runtime.ExitStatus{}, fmt.Errorf("wait for sandbox %s: no qemu: %w", id, errdefs.ErrNotFound)
 	}
-	return b.created && b.proc != nil && b.proc.alive()
+	st, err := p.WaitCtx(ctx)
+	if err == nil {
+		st.OOMKilled = cgroups.OOMKills(r.cgroupPath(id)) > 0
+	}
+	return st, err
+}
+
+// Foreground implements runtime.Foregrounder: the QEMU of a handed-out
+// warm-pool member gets the normal CPU weight back.
+func (r *Runtime) Foreground(_ context.Context, id string) error {
+	return cgroups.SetBackground(r.cgroupPath(id), false)
 }

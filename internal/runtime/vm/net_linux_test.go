@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/moatsh/moat/internal/runtime/vm/guestnet"
 )
 
 // guardDrops is the number of IPv4 packets from forged sources the tap's
@@ -14,7 +16,7 @@ import (
 func guardDrops(t *testing.T, id string) (forged, other int) {
 	t.Helper()
 	out, err := exec.Command("nsenter", "--net="+filepath.Join("/run/netns", testScope+"-"+id), "--",
-		"nft", "-j", "list", "chain", "netdev", guardTable, "guest").Output()
+		"nft", "-j", "list", "chain", "netdev", guestnet.GuardTable, "guest").Output()
 	if err != nil {
 		t.Fatalf("nft list chain: %v", err)
 	}
@@ -66,9 +68,9 @@ func TestGuestAntiSpoof(t *testing.T) {
 		t.Errorf("forged pings: %d drops, want at least %d", forged, before+2)
 	}
 	// IPv6: the guest's own address reaches its gateway, another does not.
-	sh(t, h, "busybox ping -c 1 -W 3 "+tapAddr6.String()+" >/dev/null")
+	sh(t, h, "busybox ping -c 1 -W 3 "+guestnet.TapAddr6.String()+" >/dev/null")
 	sh(t, h, "busybox ip -6 addr add fd6d:6f61:7400:ffff::3/126 dev eth0 && sleep 2") // past duplicate address detection
-	if out, err := run(h, "root", 30*time.Second, "busybox", "ping", "-c", "2", "-W", "1", "-I", "fd6d:6f61:7400:ffff::3", tapAddr6.String()); err == nil {
+	if out, err := run(h, "root", 30*time.Second, "busybox", "ping", "-c", "2", "-W", "1", "-I", "fd6d:6f61:7400:ffff::3", guestnet.TapAddr6.String()); err == nil {
 		t.Errorf("an IPv6 ping from a forged source was answered: %q", out)
 	}
 	if _, other6 := guardDrops(t, h.ID); other6 < other+2 {

@@ -13,7 +13,12 @@ import (
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
 	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
+	"github.com/moatsh/moat/internal/runtime/vm/launch"
+	"github.com/moatsh/moat/internal/runtime/vm/memfile"
+	"github.com/moatsh/moat/internal/runtime/vm/qemu"
+	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 )
 
 // A sandbox paused to disk is its directory: mem (guest RAM, which QEMU maps
@@ -52,7 +57,7 @@ func (r *Runtime) lockBox(id, op string) (*sandbox, error) {
 
 // runningBox is lockBox for operations that need a running sandbox with a
 // meta.json (one created by this version); it returns the meta too.
-func (r *Runtime) runningBox(id, op string) (*sandbox, *vmMeta, error) {
+func (r *Runtime) runningBox(id, op string) (*sandbox, *snapshot.Meta, error) {
 	b, err := r.lockBox(id, op)
 	if err != nil {
 		return nil, nil, err
@@ -61,7 +66,7 @@ func (r *Runtime) runningBox(id, op string) (*sandbox, *vmMeta, error) {
 		b.mu.Unlock()
 		return nil, nil, fmt.Errorf("%s sandbox %s: paused: %w", op, id, errdefs.ErrFailedPrecondition)
 	}
-	meta, err := readMeta(r.sandboxDir(id))
+	meta, err := snapshot.ReadMeta(r.sandboxDir(id))
 	if err != nil {
 		b.mu.Unlock()
 		return nil, nil, fmt.Errorf("%s sandbox %s: %v (created by an older version?): %w", op, id, err, errdefs.ErrFailedPrecondition)
@@ -88,9 +93,9 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	}
 	var pt pauseTimes
 	pt.start = time.Now()
-	if err := r.savePaused(ctx, c, b.proc.con, dir, &pt); err != nil {
+	if err := r.savePaused(ctx, c, b.proc.Con, dir, &pt); err != nil {
 		_ = os.Remove(filepath.Join(dir, "state.tmp"))
-		if terr := r.thaw(ctx, c, b.proc.con, false); terr != nil {
+		if terr := r.thaw(ctx, c, b.proc.Con, false); terr != nil {
 			err = errors.Join(err, fmt.Errorf("continue after the failed pause: %w", terr))
 		}
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
@@ -121,21 +126,21 @@ type pauseTimes struct {
 
 // savePaused freezes the guest into dir/state (see the file comment); on
 // error dir/state does not exist and QEMU still runs, stopped.
-func (r *Runtime) savePaused(ctx context.Context, c *qmp.Client, con *console, dir string, pt *pauseTimes) error {
+func (r *Runtime) savePaused(ctx context.Context, c *qmp.Client, con *qemu.Console, dir string, pt *pauseTimes) error {
 	tmp, state := filepath.Join(dir, "state.tmp"), filepath.Join(dir, "state")
 	if err := r.freeze(ctx, c, con, tmp, pt); err != nil {
 		return err
 	}
 	pt.saved = time.Now()
-	pt.written = unsyncedBytes(filepath.Join(dir, "mem"), filepath.Join(dir, "disk.qcow2"), tmp)
-	if err := syncFiles(filepath.Join(dir, "mem"), filepath.Join(dir, "disk.qcow2"), tmp); err != nil {
+	pt.written = memfile.UnsyncedBytes(filepath.Join(dir, "mem"), filepath.Join(dir, "disk.qcow2"), tmp)
+	if err := memfile.SyncFiles(filepath.Join(dir, "mem"), filepath.Join(dir, "disk.qcow2"), tmp); err != nil {
 		return err
 	}
 	pt.synced = time.Now()
 	if err := os.Rename(tmp, state); err != nil {
 		return fmt.Errorf("commit state: %w", err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := memfile.SyncDir(dir); err != nil {
 		_ = os.Remove(state)
 		return err
 	}
@@ -145,17 +150,17 @@ func (r *Runtime) savePaused(ctx context.Context, c *qmp.Client, con *console, d
 // freeze cuts the guest's link (moat-vminit notes it, so that raising it
 // again makes the guest renew its CRNG and clock as after a restore), stops
 // the vCPUs and saves the device state to path; RAM stays in the memory file.
-func (r *Runtime) freeze(ctx context.Context, c *qmp.Client, con *console, path string, pt *pauseTimes) error {
-	down := con.watch(guestinit.LinkDownMarker)
-	defer down.stop()
-	if err := setLink(ctx, c, false); err != nil {
+func (r *Runtime) freeze(ctx context.Context, c *qmp.Client, con *qemu.Console, path string, pt *pauseTimes) error {
+	down := con.Watch(guestinit.LinkDownMarker)
+	defer down.Stop()
+	if err := qemu.SetLink(ctx, c, false); err != nil {
 		return err
 	}
-	if err := down.wait(ctx, r.o.readyTimeout); err != nil {
+	if err := down.Wait(ctx, r.o.readyTimeout); err != nil {
 		return err
 	}
 	pt.linkDown = time.Now()
-	if err := saveState(ctx, c, path); err != nil {
+	if err := qemu.SaveState(ctx, c, path); err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
 	return nil
@@ -164,21 +169,21 @@ func (r *Runtime) freeze(ctx context.Context, c *qmp.Client, con *console, path 
 // thaw continues a guest stopped by freeze (also after the migration
 // completed: cont reactivates the block devices) and raises its link; with
 // wait it waits until the guest renewed its CRNG and clock.
-func (r *Runtime) thaw(ctx context.Context, c *qmp.Client, con *console, wait bool) error {
+func (r *Runtime) thaw(ctx context.Context, c *qmp.Client, con *qemu.Console, wait bool) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.readyTimeout)
 	defer cancel()
-	restored := con.watch(guestinit.RestoredMarker)
-	defer restored.stop()
+	restored := con.Watch(guestinit.RestoredMarker)
+	defer restored.Stop()
 	if err := c.Execute(ctx, "cont", nil, nil); err != nil {
 		return err
 	}
-	if err := setLink(ctx, c, true); err != nil {
+	if err := qemu.SetLink(ctx, c, true); err != nil {
 		return err
 	}
 	if !wait {
 		return nil
 	}
-	return restored.wait(ctx, r.o.readyTimeout)
+	return restored.Wait(ctx, r.o.readyTimeout)
 }
 
 // release quits a paused sandbox's QEMU and removes its network and cgroup
@@ -186,17 +191,18 @@ func (r *Runtime) thaw(ctx context.Context, c *qmp.Client, con *console, wait bo
 // undos of Kill. b.mu is held.
 func (r *Runtime) release(ctx context.Context, id string, b *sandbox, pt *pauseTimes) error {
 	ctx = context.WithoutCancel(ctx)
-	r.flush.remove(filepath.Join(r.sandboxDir(id), "mem"))
+	r.flush.Remove(filepath.Join(r.sandboxDir(id), "mem"))
 	var errs []error
 	if b.proc != nil {
-		errs = append(errs, b.proc.stop(ctx, b.qmp))
+		errs = append(errs, b.proc.Stop(ctx, b.qmp))
 	}
 	pt.quit = time.Now()
 	if b.qmp != nil {
 		b.qmp.Close()
 	}
 	b.proc, b.qmp = nil, nil
-	errs = append(errs, r.net.Teardown(ctx, id), cgroups.Remove(r.cgroupPath(id)), unmountQEMULog(r.sandboxDir(id)))
+	errs = append(errs, r.stopVolumes(id, b)) // the guest is saved: nothing calls it until the resume starts another
+	errs = append(errs, r.net.Teardown(ctx, id), cgroups.Remove(r.cgroupPath(id)), qemu.UnmountLog(r.sandboxDir(id)))
 	for _, f := range []string{"qmp.sock", "pid", "console.sock"} {
 		_ = os.Remove(filepath.Join(r.sandboxDir(id), f))
 	}
@@ -222,7 +228,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 		return nil, fmt.Errorf("resume sandbox %s: not paused: %w", id, errdefs.ErrFailedPrecondition)
 	}
 	dir := r.sandboxDir(id)
-	meta, err := readMeta(dir)
+	meta, err := snapshot.ReadMeta(dir)
 	if err != nil {
 		return nil, fmt.Errorf("resume sandbox %s: %v: %w", id, err, errdefs.ErrFailedPrecondition)
 	}
@@ -244,7 +250,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 	b.undo = cleanup.Stack{}
 	r.pushAll(ctx, id, b)
 	b.handle = h
-	r.flush.add(filepath.Join(dir, "mem"))
+	r.flush.Add(filepath.Join(dir, "mem"))
 	if err != nil {
 		return h, fmt.Errorf("resume sandbox %s (running, but not healthy): %w", id, err)
 	}
@@ -256,7 +262,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 // resumeVM sets up the network and QEMU of paused sandbox id (undos onto
 // undo), loads its state, removes the state file and continues the guest.
 // consumed reports whether the state file is gone (the guest may run).
-func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *vmMeta, undo *cleanup.Stack) (_ *runtime.Handle, consumed bool, _ error) {
+func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *snapshot.Meta, undo *cleanup.Stack) (_ *runtime.Handle, consumed bool, _ error) {
 	n, err := r.net.Setup(ctx, id, meta.AllowInternet)
 	if err != nil {
 		return nil, false, err
@@ -267,34 +273,38 @@ func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *vmM
 	if err != nil {
 		return nil, false, err
 	}
-	p, c, err := r.launch(ctx, r.cgroupPath(id), n, m, ids, limitsFor(meta), undo)
+	p, c, err := r.launcher.Launch(ctx, r.cgroupPath(id), n, m, ids, launch.Limits(meta.MemMiB, meta.VCPUs), undo)
 	if err != nil {
 		return nil, false, err
 	}
 	b.proc, b.qmp = p, c
-	if err := incoming(ctx, c, r.statePath(id)); err != nil {
-		return nil, false, fmt.Errorf("load state: %w (qemu: %q)", err, tail(qemuLogPath(r.sandboxDir(id)), 1024))
+	// The guest's NFS mounts reconnect once it runs: the server is first.
+	if err := r.startVolumes(ctx, id, n, ids, nil, b, undo, false); err != nil {
+		return nil, false, err
+	}
+	if err := qemu.Incoming(ctx, c, r.statePath(id)); err != nil {
+		return nil, false, fmt.Errorf("load state: %w (qemu: %q)", err, qemu.TailFile(qemu.LogPath(r.sandboxDir(id)), 1024))
 	}
 	// Once the guest runs, mem no longer matches state: state goes first.
 	if err := os.Remove(r.statePath(id)); err != nil {
 		return nil, false, fmt.Errorf("consume state: %w", err)
 	}
-	h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: p.pid}
-	if err := syncDir(r.sandboxDir(id)); err != nil {
+	h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: p.Pid}
+	if err := memfile.SyncDir(r.sandboxDir(id)); err != nil {
 		return h, true, err
 	}
-	restored := p.con.watch(guestinit.RestoredMarker)
-	defer restored.stop()
+	restored := p.Con.Watch(guestinit.RestoredMarker)
+	defer restored.Stop()
 	if err := c.Execute(ctx, "cont", nil, nil); err != nil {
 		return h, true, err
 	}
-	if err := setLink(ctx, c, true); err != nil {
+	if err := qemu.SetLink(ctx, c, true); err != nil {
 		return h, true, err
 	}
-	if err := waitHealth(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
-		return h, true, fmt.Errorf("%w (console: %q)", err, p.con.tail(1024))
+	if err := guestenvd.WaitHealth(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
+		return h, true, fmt.Errorf("%w (console: %q)", err, p.Con.Tail(1024))
 	}
-	if err := restored.wait(ctx, r.o.readyTimeout); err != nil {
+	if err := restored.Wait(ctx, r.o.readyTimeout); err != nil {
 		return h, true, err
 	}
 	return h, true, nil

@@ -13,6 +13,10 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
+	"github.com/moatsh/moat/internal/runtime/vm/memfile"
+	"github.com/moatsh/moat/internal/runtime/vm/qemu"
+	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 )
 
 // BenchmarkPauseResume measures Pause and Resume of guests with 256 MiB,
@@ -172,7 +176,7 @@ func benchPauseSize(b *testing.B, r *Runtime, mib, rounds int) pauseRow {
 				b.Fatal(err)
 			}
 			if idle {
-				if err := syncFiles(mem); err != nil {
+				if err := memfile.SyncFiles(mem); err != nil {
 					b.Fatal(err)
 				}
 				time.Sleep(time.Second) // see benchPauseLittle
@@ -242,13 +246,13 @@ func baselinePause(ctx context.Context, r *Runtime, id, path string) error {
 	if err != nil {
 		return err
 	}
-	if err := migrateTo(ctx, c, path, false); err != nil {
+	if err := qemu.MigrateTo(ctx, c, path, false); err != nil {
 		return err
 	}
-	if err := syncFiles(path); err != nil {
+	if err := memfile.SyncFiles(path); err != nil {
 		return err
 	}
-	err = bx.proc.stop(ctx, c)
+	err = bx.proc.Stop(ctx, c)
 	c.Close()
 	bx.proc, bx.qmp = nil, nil
 	return err
@@ -262,7 +266,7 @@ func baselineResume(ctx context.Context, r *Runtime, id string, h *runtime.Handl
 		return err
 	}
 	defer bx.mu.Unlock()
-	meta, err := readMeta(r.sandboxDir(id))
+	meta, err := snapshot.ReadMeta(r.sandboxDir(id))
 	if err != nil {
 		return err
 	}
@@ -276,33 +280,33 @@ func baselineResume(ctx context.Context, r *Runtime, id string, h *runtime.Handl
 	if err != nil {
 		return err
 	}
-	jc, err := r.prepareJail(n, m, ids)
+	jc, err := r.launcher.PrepareJail(n, m, ids)
 	if err != nil {
 		return err
 	}
-	p, err := start(r.o.qemu, n.NSPath, filepath.Join(r.sandboxDir(id), "qemu.log"), m, jc)
+	p, err := qemu.Start(r.o.qemu, n.NSPath, filepath.Join(r.sandboxDir(id), "qemu.log"), m, jc)
 	if err != nil {
 		return err
 	}
-	if p.con, err = dialConsole(ctx, m.Console, consoleLog(m), p.alive); err != nil {
-		_ = p.stop(ctx, nil)
+	if p.Con, err = qemu.DialConsole(ctx, m.Console, qemu.ConsoleLog(m), p.Alive); err != nil {
+		_ = p.Stop(ctx, nil)
 		return err
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c, err := dialQMPAt(dctx, m.QMP)
+	c, err := qemu.DialQMP(dctx, m.QMP)
 	cancel()
 	if err != nil {
-		_ = p.stop(ctx, nil)
+		_ = p.Stop(ctx, nil)
 		return err
 	}
 	bx.proc, bx.qmp = p, c
-	if err := migrateFrom(ctx, c, path, false); err != nil {
+	if err := qemu.MigrateFrom(ctx, c, path, false); err != nil {
 		return err
 	}
 	if err := c.Execute(ctx, "cont", nil, nil); err != nil {
 		return err
 	}
-	return waitHealth(ctx, envdAddr(h), r.o.readyTimeout)
+	return guestenvd.WaitHealth(ctx, envdAddr(h), r.o.readyTimeout)
 }
 
 // hostDirtyMiB is /proc/meminfo's Dirty: memory waiting to be written

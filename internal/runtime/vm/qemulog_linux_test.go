@@ -9,9 +9,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 )
 
-// TestQEMULogCapped: QEMU's stdout/stderr file cannot grow past qemuLogCap
+// TestQEMULogCapped: QEMU's stdout/stderr file cannot grow past qemu.LogCap
 // whatever is written to it, and Kill leaves no mount behind.
 func TestQEMULogCapped(t *testing.T) {
 	r := testRuntime(t)
@@ -37,15 +39,15 @@ func TestQEMULogCapped(t *testing.T) {
 			break
 		}
 	}
-	fi, err := os.Stat(qemuLogPath(r.sandboxDir(h.ID)))
+	fi, err := os.Stat(qemu.LogPath(r.sandboxDir(h.ID)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if written > qemuLogCap || fi.Size() > qemuLogCap {
-		t.Fatalf("wrote %d bytes, log is %d bytes: want at most %d", written, fi.Size(), qemuLogCap)
+	if written > qemu.LogCap || fi.Size() > qemu.LogCap {
+		t.Fatalf("wrote %d bytes, log is %d bytes: want at most %d", written, fi.Size(), qemu.LogCap)
 	}
 	t.Logf("log full after %d bytes (file %d bytes)", written, fi.Size())
-	if ms := mountsOf(h.ID); !slices.Contains(ms, qemuLogDir(r.sandboxDir(h.ID))) {
+	if ms := mountsOf(h.ID); !slices.Contains(ms, qemu.LogDir(r.sandboxDir(h.ID))) {
 		t.Errorf("mounts of %s: %v, want the log tmpfs", h.ID, ms)
 	}
 	// The full log does not hurt QEMU or the guest.

@@ -6,36 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/vm/qemu"
+	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 )
-
-// adoptProc returns the QEMU of sandbox directory dir from its pidfile when
-// that process still runs with dir on its command line (no PID reuse).
-func adoptProc(dir string) *proc {
-	b, err := os.ReadFile(filepath.Join(dir, "pid"))
-	if err != nil {
-		return nil
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return nil
-	}
-	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil || !strings.Contains(string(cmdline), dir+"/") {
-		return nil
-	}
-	p := &proc{pid: pid}
-	if !p.alive() {
-		return nil
-	}
-	return p
-}
 
 // Recover implements runtime.Runtime: it adopts the QEMU processes of live
 // sandboxes, registers live sandboxes paused to disk (also those whose
@@ -43,7 +21,7 @@ func adoptProc(dir string) *proc {
 // everything of any other sandbox, unfinished template snapshots and
 // snapshots, and stray cgroups.
 func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle, error) {
-	errs := []error{r.net.Recover(ctx, live), r.spares.removeOthers()}
+	errs := []error{r.net.Recover(ctx, live), r.spares.RemoveOthers()}
 	isLive := map[string]bool{}
 	for _, id := range live {
 		isLive[id] = true
@@ -84,21 +62,21 @@ func (r *Runtime) recoverLive(ctx context.Context, id string) (*runtime.Handle, 
 	_, serr := os.Stat(r.statePath(id))
 	hasState := serr == nil
 	_ = os.Remove(filepath.Join(dir, "state.tmp"))
-	p := adoptProc(dir)
+	p := qemu.Adopt(dir)
 	switch {
 	case hasState:
-		if _, err := readMeta(dir); err != nil {
+		if _, err := snapshot.ReadMeta(dir); err != nil {
 			return nil, fmt.Errorf("recover sandbox %s: paused but %w", id, err)
 		}
 		var errs []error
 		if p != nil { // the pause was complete, or a resume had not yet used the state
 			c := dialQMP(ctx, dir, time.Second)
-			errs = append(errs, p.stop(ctx, c))
+			errs = append(errs, p.Stop(ctx, c))
 			if c != nil {
 				c.Close()
 			}
 		}
-		errs = append(errs, r.net.Teardown(ctx, id), cgroups.Remove(r.cgroupPath(id)), unmountQEMULog(dir))
+		errs = append(errs, r.net.Teardown(ctx, id), cgroups.Remove(r.cgroupPath(id)), qemu.UnmountLog(dir))
 		return r.adoptPaused(id), errors.Join(errs...)
 	case p != nil:
 		return r.adoptRunning(ctx, id, p)
@@ -110,7 +88,7 @@ func (r *Runtime) recoverLive(ctx context.Context, id string) (*runtime.Handle, 
 func dialQMP(ctx context.Context, dir string, timeout time.Duration) *qmp.Client {
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c, err := dialQMPAt(dctx, filepath.Join(dir, "qmp.sock"))
+	c, err := qemu.DialQMP(dctx, filepath.Join(dir, "qmp.sock"))
 	if err != nil {
 		return nil
 	}
@@ -132,18 +110,18 @@ func (r *Runtime) adoptPaused(id string) *runtime.Handle {
 // adoptRunning registers a live sandbox whose QEMU p and network still
 // exist. A guest that a crash left stopped by a pause or snapshot that had
 // not committed continues, with its link up again.
-func (r *Runtime) adoptRunning(ctx context.Context, id string, p *proc) (*runtime.Handle, error) {
+func (r *Runtime) adoptRunning(ctx context.Context, id string, p *qemu.Proc) (*runtime.Handle, error) {
 	n, ok := r.net.Lookup(id)
 	if !ok {
 		return nil, nil
 	}
 	c := dialQMP(ctx, r.sandboxDir(id), 2*time.Second)
 	if c != nil {
-		st, err := vmStatus(ctx, c)
+		st, err := qemu.Status(ctx, c)
 		switch {
 		case err != nil:
 		case st == "paused" || st == "postmigrate":
-			err = errors.Join(c.Execute(ctx, "cont", nil, nil), setLink(ctx, c, true))
+			err = errors.Join(c.Execute(ctx, "cont", nil, nil), qemu.SetLink(ctx, c, true))
 			if err == nil {
 				r.log.InfoContext(ctx, "continued a sandbox stopped by an unfinished pause or snapshot", "sandbox", id)
 			}
@@ -155,26 +133,33 @@ func (r *Runtime) adoptRunning(ctx context.Context, id string, p *proc) (*runtim
 			return nil, fmt.Errorf("recover sandbox %s: %w", id, err)
 		}
 	}
-	p.con = r.reconnectConsole(ctx, id, p)
+	p.Con = r.reconnectConsole(ctx, id, p)
 	b := r.boxes.Get(id)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.proc, b.qmp = p, c
-	b.handle = &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: p.pid}
+	b.handle = &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: p.Pid}
 	b.created = true
+	ids, err := r.sandboxIDs(r.sandboxDir(id))
+	if err == nil {
+		err = r.startVolumes(ctx, id, n, ids, nil, b, nil, true) // volumes_linux.go
+	}
+	if err != nil {
+		r.log.WarnContext(ctx, "adopted sandbox: its volume server", "sandbox", id, "err", err)
+	}
 	r.pushAll(context.Background(), id, b)
-	r.flush.add(filepath.Join(r.sandboxDir(id), "mem"))
+	r.flush.Add(filepath.Join(r.sandboxDir(id), "mem"))
 	return b.handle, nil
 }
 
 // reconnectConsole connects to the serial port of adopted QEMU p again
 // (it dropped the output while nobody listened), or follows the console
 // file of a QEMU started by an older version; nil when neither works.
-func (r *Runtime) reconnectConsole(ctx context.Context, id string, p *proc) *console {
+func (r *Runtime) reconnectConsole(ctx context.Context, id string, p *qemu.Proc) *qemu.Console {
 	dir := r.sandboxDir(id)
 	sock := filepath.Join(dir, "console.sock")
 	if _, err := os.Lstat(sock); err != nil {
-		con, err := followFile(filepath.Join(dir, "console.log"), p.alive)
+		con, err := qemu.FollowFile(filepath.Join(dir, "console.log"), p.Alive)
 		if err != nil {
 			r.log.WarnContext(ctx, "adopted sandbox has no console: pause and snapshot will fail", "sandbox", id, "err", err)
 		}
@@ -182,7 +167,7 @@ func (r *Runtime) reconnectConsole(ctx context.Context, id string, p *proc) *con
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	con, err := dialConsole(cctx, sock, filepath.Join(dir, "console.log"), p.alive)
+	con, err := qemu.DialConsole(cctx, sock, filepath.Join(dir, "console.log"), p.Alive)
 	if err != nil {
 		r.log.WarnContext(ctx, "adopted sandbox: console", "sandbox", id, "err", err)
 		return nil
@@ -219,13 +204,13 @@ func (r *Runtime) removeUnfinishedSnapshots() error {
 	}
 	dirs, _ := filepath.Glob(filepath.Join(r.dir, "templates", "*", "snap-*"))
 	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, readyFile)); err == nil {
+		if _, err := os.Stat(filepath.Join(d, snapshot.ReadyFile)); err == nil {
 			continue
 		}
-		if p := adoptProc(d); p != nil {
-			errs = append(errs, p.stop(context.Background(), nil))
+		if p := qemu.Adopt(d); p != nil {
+			errs = append(errs, p.Stop(context.Background(), nil))
 		}
-		errs = append(errs, unmountQEMULog(d))
+		errs = append(errs, qemu.UnmountLog(d))
 		if err := os.RemoveAll(d); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", d, err))
 		}

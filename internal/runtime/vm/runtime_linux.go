@@ -2,10 +2,8 @@ package vm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,13 +18,16 @@ import (
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/container"
+	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
+	"github.com/moatsh/moat/internal/runtime/vm/launch"
+	"github.com/moatsh/moat/internal/runtime/vm/memfile"
+	"github.com/moatsh/moat/internal/runtime/vm/qemu"
+	"github.com/moatsh/moat/internal/runtime/vm/templatesnap"
+	"github.com/moatsh/moat/internal/runtime/vm/volserver"
 )
 
 // Name is the backend's registered name.
 const Name = "vm"
-
-// envdPort is where envd listens inside the guest.
-const envdPort = 49983
 
 var (
 	_ runtime.Runtime     = (*Runtime)(nil)
@@ -47,6 +48,7 @@ type options struct {
 	qemu         string
 	kernel       string
 	init         string
+	oci          string // OCI runtime of template build sandboxes ("" = the container backend's pick)
 	cgroupParent string
 	net          *netpolicy.Manager
 	readyTimeout time.Duration
@@ -54,11 +56,11 @@ type options struct {
 	diskFreeMiB  int
 	noJail       bool
 	spares       int
-	coldSnapshot bool // tests: no warm-up commands before a template snapshot
+	nfsd         string // moat-nfsd ("" = next to the running executable, else on PATH)
 }
 
 // WithAccel picks the accelerator: "auto" (KVM when a probe guest boots
-// with it, else TCG), "kvm" or "tcg". Default: $MOAT_VM_ACCEL or "auto".
+// with it, else TCG), "kvm" or "tcg". Default: runtime.Backends.VMAccel or "auto".
 func WithAccel(a string) Option { return func(o *options) { o.accel = a } }
 
 // WithKernel sets the guest kernel (default: newest /boot/vmlinuz-*-cloud-amd64).
@@ -81,35 +83,35 @@ func WithReadyTimeout(d time.Duration) Option { return func(o *options) { o.read
 // its Spec.DiskMiB. Default 128.
 func WithDiskFree(mib int) Option { return func(o *options) { o.diskFreeMiB = mib } }
 
+// WithNFSD sets the moat-nfsd binary that serves sandboxes' volumes
+// (default: runtime.Backends.VMNFSD, else next to the running executable,
+// else on PATH).
+func WithNFSD(path string) Option { return func(o *options) { o.nfsd = path } }
+
 // WithoutJail runs QEMU as root with all capabilities in the host's mount
 // namespace, as before the jail existed: for benchmarks and debugging only.
 func WithoutJail() Option { return func(o *options) { o.noJail = true } }
 
 // WithSpares sets how many sandboxes' files (memory copy, disk overlay)
 // each template snapshot keeps made ahead of creates (see
-// spare_linux.go); 0 turns them off. Default 2.
+// package memfile); 0 turns them off. Default 2.
 func WithSpares(n int) Option { return func(o *options) { o.spares = n } }
 
 // Runtime runs sandboxes as QEMU microVMs. Safe for concurrent use.
 type Runtime struct {
-	log    *slog.Logger
-	dir    string // <DataDir>/vm
-	o      options
-	net    *netpolicy.Manager
-	tscKHz int
-	ids    *idmap.Allocator // each QEMU's host IDs, recorded in its sandbox dir
-
-	accelOnce sync.Once
-	accel     string // resolved accelerator
-	accelErr  error
-
-	snapMu    sync.Mutex
-	boot      *bootFiles             // guarded by snapMu
-	snapLocks map[string]*sync.Mutex // snapshot dir → its lock; guarded by snapMu
+	log      *slog.Logger
+	dir      string // <DataDir>/vm
+	o        options
+	net      *netpolicy.Manager
+	tscKHz   int
+	ids      *idmap.Allocator  // each QEMU's host IDs, recorded in its sandbox dir
+	launcher *launch.Launcher  // starts QEMU (jailed unless WithoutJail)
+	tpl      *templatesnap.Set // boot files, accelerator, template snapshots
 
 	boxes  runtime.Boxes[sandbox]
-	spares *spareSet
-	flush  flusher // memory files of the sandboxes this process runs
+	spares *memfile.Spares
+	flush  memfile.Flusher    // memory files of the sandboxes this process runs
+	vols   *volserver.Spawner // the sandboxes' volume servers (volumes_linux.go)
 }
 
 // sandbox is one VM's bookkeeping.
@@ -117,10 +119,11 @@ type sandbox struct {
 	mu      sync.Mutex    // serialises Create/Kill/Pause/Resume of the same ID
 	undo    cleanup.Stack // guarded by mu
 	handle  *runtime.Handle
-	proc    *proc       // guarded by mu
-	qmp     *qmp.Client // guarded by mu; nil for adopted VMs until needed
-	created bool        // guarded by mu
-	paused  bool        // guarded by mu; saved to <dir>/state, no QEMU, network or cgroup
+	proc    *qemu.Proc        // guarded by mu
+	qmp     *qmp.Client       // guarded by mu; nil for adopted VMs until needed
+	vols    *volserver.Server // guarded by mu; the volume server, nil without volumes
+	created bool              // guarded by mu
+	paused  bool              // guarded by mu; saved to <dir>/state, no QEMU, network or cgroup
 	// pauseWritten is what the last Pause wrote (bytes; guarded by mu).
 	pauseWritten int64
 }
@@ -128,8 +131,9 @@ type sandbox struct {
 // New checks the host and installs the network policy. The guest kernel,
 // initramfs and template snapshots are prepared lazily by the first Create.
 func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
-	o := options{accel: os.Getenv("MOAT_VM_ACCEL"), cgroupParent: "/moat", readyTimeout: 30 * time.Second,
-		bootTimeout: 120 * time.Second, diskFreeMiB: 128, spares: defaultSpares}
+	o := options{accel: cfg.Backends.VMAccel, init: cfg.Backends.VMInit, nfsd: cfg.Backends.VMNFSD, oci: cfg.Backends.OCIRuntime,
+		cgroupParent: "/moat", readyTimeout: 30 * time.Second,
+		bootTimeout: 120 * time.Second, diskFreeMiB: 128, spares: memfile.DefaultSpares}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -161,9 +165,10 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 			return nil, fmt.Errorf("vm runtime: %s not found (apt-get install qemu-utils e2fsprogs util-linux): %w", tool, errdefs.ErrNotFound)
 		}
 	}
-	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, tscKHz: hostTSCkHz(),
-		snapLocks: map[string]*sync.Mutex{}}
-	r.spares = newSpareSet(log, r.dir, o.spares)
+	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, tscKHz: qemu.HostTSCkHz(),
+		launcher: &launch.Launcher{QEMU: o.qemu, NoJail: o.noJail}}
+	r.spares = memfile.NewSpares(log, r.dir, o.spares)
+	r.vols = &volserver.Spawner{Src: o.nfsd, Log: log}
 	// The container runtime allocates from the same ID space under
 	// <DataDir>/sandboxes: its ranges count as taken (and both lock both
 	// directories while allocating).
@@ -180,7 +185,31 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 			return nil, fmt.Errorf("vm runtime: %w", err)
 		}
 	}
+	r.tpl = templatesnap.New(r.templateConfig())
 	return r, nil
+}
+
+// templateConfig is what r's template snapshots are taken with.
+func (r *Runtime) templateConfig() templatesnap.Config {
+	return templatesnap.Config{Dir: r.dir, Log: r.log, Net: r.net, IDs: r.ids, Launcher: r.launcher, TSCkHz: r.tscKHz,
+		Kernel: r.o.kernel, Init: r.o.init, Accel: r.o.accel, CgroupParent: r.o.cgroupParent,
+		DiskFreeMiB: r.o.diskFreeMiB, BootTimeout: r.o.bootTimeout}
+}
+
+// Parts are the pieces of a Runtime that package vmbench drives by hand,
+// outside the sandbox bookkeeping.
+type Parts struct {
+	Templates    *templatesnap.Set // template snapshots (and their disk images)
+	Launcher     *launch.Launcher  // starts QEMU (unjailed under WithoutJail)
+	SandboxesDir string            // where sandbox directories go
+	BootTimeout  time.Duration     // of a template's cold boot
+	ReadyTimeout time.Duration     // of a restore (WithReadyTimeout)
+}
+
+// Parts returns r's Parts, for package vmbench only.
+func (r *Runtime) Parts() Parts {
+	return Parts{Templates: r.tpl, Launcher: r.launcher, SandboxesDir: filepath.Join(r.dir, "sandboxes"),
+		BootTimeout: r.o.bootTimeout, ReadyTimeout: r.o.readyTimeout}
 }
 
 // Name implements runtime.Runtime.
@@ -191,30 +220,6 @@ func (r *Runtime) cgroupPath(id string) string  { return r.o.cgroupParent + "/" 
 func (r *Runtime) statePath(id string) string   { return filepath.Join(r.sandboxDir(id), "state") }
 func (r *Runtime) snapshotDir(id string) string { return filepath.Join(r.dir, "snapshots", id) }
 
-// waitHealth polls envd's /health at addr until it answers 204.
-func waitHealth(ctx context.Context, addr string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cl := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
-	url := "http://" + addr + "/health"
-	var last error
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := cl.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("status %s", resp.Status)
-		}
-		last = err
-		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
-			return fmt.Errorf("envd at %s: %w (last: %v)", addr, errors.Join(err, errdefs.ErrUnavailable), last)
-		}
-	}
-}
-
 func envdAddr(h *runtime.Handle) string {
-	return h.Addr.String() + ":" + strconv.Itoa(envdPort)
+	return h.Addr.String() + ":" + strconv.Itoa(guestenvd.Port)
 }

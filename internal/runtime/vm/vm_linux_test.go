@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -28,6 +29,9 @@ import (
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
+	"github.com/moatsh/moat/internal/runtime/vm/image"
+	"github.com/moatsh/moat/internal/runtime/vm/qemu"
+	"github.com/moatsh/moat/internal/runtime/vm/templatesnap"
 )
 
 // The tests share one Runtime (and so one template snapshot) per test binary.
@@ -75,7 +79,7 @@ func setupTestFiles(dir string) error {
 			return fmt.Errorf("%s not installed (apt-get install qemu-system-x86 qemu-utils e2fsprogs busybox-static)", tool)
 		}
 	}
-	if _, _, err := findKernel(""); err != nil {
+	if _, _, err := image.FindKernel(""); err != nil {
 		return err
 	}
 	root := filepath.Join(dir, "tpl", "rootfs")
@@ -90,7 +94,8 @@ func setupTestFiles(dir string) error {
 	if out, err := exec.Command("cp", bb, filepath.Join(root, "bin/busybox")).CombinedOutput(); err != nil {
 		return fmt.Errorf("copy busybox: %v: %s", err, out)
 	}
-	for _, a := range []string{"sh", "cat", "ls", "echo", "sleep", "uname", "true", "id", "ps", "touch", "sync", "date", "mkdir", "mount", "head", "yes"} {
+	for _, a := range []string{"sh", "cat", "ls", "echo", "sleep", "uname", "true", "id", "ps", "touch", "sync", "date", "mkdir", "mount", "head", "yes",
+		"ln", "mknod", "mkfifo", "stat", "dd", "rm", "chown", "chmod", "grep"} {
 		if err := os.Symlink("busybox", filepath.Join(root, "bin", a)); err != nil {
 			return err
 		}
@@ -105,6 +110,9 @@ func setupTestFiles(dir string) error {
 		}
 	}
 	if err := goBuild(filepath.Join(root, "usr/local/bin/envd"), "github.com/moatsh/moat/cmd/envd"); err != nil {
+		return err
+	}
+	if err := goBuild(filepath.Join(dir, "moat-nfsd"), "github.com/moatsh/moat/cmd/moat-nfsd"); err != nil {
 		return err
 	}
 	return goBuild(filepath.Join(dir, "moat-vminit"), "github.com/moatsh/moat/cmd/moat-vminit")
@@ -133,7 +141,7 @@ func testRuntime(t testing.TB) *Runtime {
 			return
 		}
 		shared, sharedErr = New(context.Background(), runtime.Config{DataDir: filepath.Join(testDir, "data"), Logger: log},
-			WithAccel("tcg"), WithNetwork(m), WithInit(filepath.Join(testDir, "moat-vminit")),
+			WithAccel("tcg"), WithNetwork(m), WithInit(filepath.Join(testDir, "moat-vminit")), WithNFSD(filepath.Join(testDir, "moat-nfsd")),
 			WithCgroupParent(testCgroup), WithDiskFree(64))
 	})
 	if sharedErr != nil {
@@ -231,7 +239,7 @@ func TestCreateRunPauseKill(t *testing.T) {
 	}
 	t.Logf("guest kernel %s, host kernel %s", strings.TrimSpace(guestUname), strings.TrimSpace(string(hostUname)))
 	// After a restore the guest reseeded its CRNG and took the host's time.
-	console := tail(filepath.Join(r.sandboxDir(h.ID), "console.log"), 4096)
+	console := qemu.TailFile(filepath.Join(r.sandboxDir(h.ID), "console.log"), 4096)
 	if !strings.Contains(console, guestinit.RestoredMarker+": crng reseeded") {
 		t.Errorf("console lacks the restore marker: %q", console)
 	}
@@ -270,7 +278,7 @@ func TestClonesDivergeAndCrashAlone(t *testing.T) {
 	r := testRuntime(t)
 	a, b := create(t, r), create(t, r)
 	if _, err := run(a, "root", 30*time.Second, "sh", "-c", "echo from-a > /root/mark && sync"); err != nil {
-		t.Fatalf("%v; console: %s", err, tail(filepath.Join(r.sandboxDir(a.ID), "console.log"), 4096))
+		t.Fatalf("%v; console: %s", err, qemu.TailFile(filepath.Join(r.sandboxDir(a.ID), "console.log"), 4096))
 	}
 	if out, err := run(a, "root", 30*time.Second, "cat", "/root/mark"); err != nil || strings.TrimSpace(out) != "from-a" {
 		t.Fatalf("A reads its file: %q, %v", out, err)
@@ -294,20 +302,20 @@ func TestClonesDivergeAndCrashAlone(t *testing.T) {
 		out, err := runCtx(crashCtx, a, "root", "sh", "-c", "echo c > /proc/sysrq-trigger")
 		crashErr <- fmt.Errorf("out %q: %w", out, err)
 	}()
-	deadline := time.Now().Add(60 * time.Second)
-	for r.Alive(context.Background(), a.ID) {
-		if time.Now().After(deadline) {
-			var cerr error
-			select {
-			case cerr = <-crashErr:
-			default:
-			}
-			b, err := os.ReadFile(filepath.Join(r.sandboxDir(a.ID), "console.log"))
-			t.Fatalf("A still alive 60 s after the panic (crash request: %v); console (%v): %s", cerr, err, b)
+	wctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if st, err := r.Wait(wctx, a.ID); err != nil {
+		var cerr error
+		select {
+		case cerr = <-crashErr:
+		default:
 		}
-		time.Sleep(50 * time.Millisecond)
+		b, err := os.ReadFile(filepath.Join(r.sandboxDir(a.ID), "console.log"))
+		t.Fatalf("A still alive 60 s after the panic (crash request: %v); console (%v): %s", cerr, err, b)
+	} else {
+		t.Logf("A's qemu ended: %s", st)
 	}
-	if !r.Alive(context.Background(), b.ID) {
+	if !running(r, b.ID) {
 		t.Fatal("B died with A")
 	}
 	if code, err := health(b, 5*time.Second); err != nil || code != http.StatusNoContent {
@@ -325,10 +333,11 @@ func killAndCheck(t *testing.T, r *Runtime, h *runtime.Handle) {
 			t.Fatalf("Kill #%d: %v", i+1, err)
 		}
 	}
-	if r.Alive(context.Background(), h.ID) {
-		t.Error("Alive after Kill")
+	if running(r, h.ID) {
+		t.Error("running after Kill")
 	}
-	if _, err := os.Stat(fmt.Sprintf("/proc/%d", h.PID)); err == nil && !isZombie(h.PID) {
+	// A zombie's command line reads empty.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", h.PID)); err == nil && len(b) > 0 {
 		t.Errorf("qemu %d still runs", h.PID)
 	}
 	for _, p := range []string{r.sandboxDir(h.ID), filepath.Join("/run/netns", testScope+"-"+h.ID)} {
@@ -364,8 +373,8 @@ func TestRecoverAdoptsLiveAndRemovesOthers(t *testing.T) {
 	keep, drop := create(t, r), create(t, r)
 	// A second Runtime over the same data dir plays the restarted server.
 	dropQMP(r, keep.ID)
-	r2 := &Runtime{log: r.log, dir: r.dir, o: r.o, net: r.net, tscKHz: r.tscKHz, ids: r.ids,
-		snapLocks: map[string]*sync.Mutex{}}
+	r2 := &Runtime{log: r.log, dir: r.dir, o: r.o, net: r.net, tscKHz: r.tscKHz, ids: r.ids, launcher: r.launcher}
+	r2.tpl = templatesnap.New(r2.templateConfig())
 	hs, err := r2.Recover(context.Background(), []string{keep.ID})
 	if err != nil {
 		t.Fatal(err)
@@ -373,8 +382,8 @@ func TestRecoverAdoptsLiveAndRemovesOthers(t *testing.T) {
 	if len(hs) != 1 || hs[0].ID != keep.ID || hs[0].PID != keep.PID || hs[0].Addr != keep.Addr {
 		t.Fatalf("Recover = %+v, want %+v", hs, keep)
 	}
-	if !r2.Alive(context.Background(), keep.ID) {
-		t.Fatal("adopted sandbox not alive")
+	if !running(r2, keep.ID) {
+		t.Fatal("adopted sandbox not running")
 	}
 	if code, err := health(keep, 5*time.Second); err != nil || code != http.StatusNoContent {
 		t.Fatalf("adopted /health = %d, %v", code, err)
@@ -423,7 +432,7 @@ func BenchmarkColdBoot(b *testing.B) {
 		spec := testSpec(newID())
 		spec.MemoryMiB = 200 + 8*i
 		t0 := time.Now()
-		s, err := r.ensureSnapshot(context.Background(), spec)
+		s, err := r.tpl.Ensure(context.Background(), spec)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -444,19 +453,25 @@ func reportMedian(b *testing.B, ds []time.Duration) {
 
 func TestAccelAuto(t *testing.T) {
 	r := testRuntime(t)
-	bf, err := r.bootFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
-	auto := &Runtime{log: r.log, dir: r.dir, o: r.o, tscKHz: r.tscKHz}
-	auto.o.accel = "auto"
+	cfg := r.tpl.Config
+	cfg.Accel = "auto"
+	auto := templatesnap.New(cfg)
 	start := time.Now()
-	got, err := auto.resolveAccel(context.Background(), bf)
+	_, got, err := auto.MachineBase(context.Background())
 	if err != nil || (got != "tcg" && got != "kvm") {
-		t.Fatalf("resolveAccel = %q, %v", got, err)
+		t.Fatalf("MachineBase = %q, %v", got, err)
 	}
 	if _, statErr := os.Stat("/dev/kvm"); statErr != nil && got != "tcg" {
 		t.Fatalf("no /dev/kvm but accelerator %q", got)
 	}
 	t.Logf("auto picked %s in %v", got, time.Since(start).Round(time.Millisecond))
+}
+
+// running reports whether id's QEMU runs: a Wait is still blocked after a
+// moment.
+func running(r *Runtime, id string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := r.Wait(ctx, id)
+	return errors.Is(err, context.DeadlineExceeded)
 }

@@ -1,8 +1,10 @@
 // Package guestinit is PID 1 of a Moat microVM: it runs from the initramfs,
 // loads the kernel modules the initramfs carries, switches to the root disk,
 // configures the guest's fixed network addresses (IPv4, and IPv6 when the
-// command line names one) and keeps envd running while
-// it reaps orphaned processes. cmd/moat-vminit is its static binary.
+// command line names one) and keeps envd running while it reaps orphaned
+// processes. After a restore from a snapshot it renews the guest's CRNG
+// and clock and warms the first command's path (warmUp). cmd/moat-vminit
+// is its static binary.
 package guestinit
 
 // Kernel command line keys read by Main.
@@ -15,6 +17,7 @@ const (
 	ArgHostname = "moat.hostname" // default "sandbox"
 	ArgEnvd     = "moat.envd"     // envd path inside the root, default /usr/local/bin/envd
 	ArgProbe    = "moat.probe"    // "1": print ProbeMarker and power off (accelerator probe)
+	ArgWarmup   = "moat.warmup"   // "0": no warm-up command after a restore (see warmUp)
 )
 
 // ProbeMarker is printed on the console in probe mode.

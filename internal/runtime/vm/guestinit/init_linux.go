@@ -14,8 +14,17 @@ import (
 )
 
 // Main runs the guest init and never returns: on a fatal error it logs to the
-// console and powers the machine off (QEMU runs with -no-reboot).
+// console and powers the machine off (QEMU runs with -no-reboot). Run as
+// another process than PID 1 with a command (MountVolumesCmd), it does that
+// and exits.
 func Main() {
+	if os.Getpid() != 1 && len(os.Args) > 1 && os.Args[1] == MountVolumesCmd {
+		if err := MountVolumes(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "moat-vminit:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if err := boot(); err != nil {
 		fmt.Fprintln(os.Stderr, "moat-vminit:", err)
 		unix.Sync()

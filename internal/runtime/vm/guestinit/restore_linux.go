@@ -32,7 +32,7 @@ func watchRestores() {
 		fmt.Fprintln(os.Stderr, "moat-vminit: link watch:", err)
 		return
 	}
-	down := false
+	down, warm := false, warmUpOn()
 	for u := range ch {
 		if u.Attrs().Name != "eth0" {
 			continue
@@ -45,6 +45,9 @@ func watchRestores() {
 		case up && down:
 			down = false
 			fmt.Println(RestoredMarker + ": " + renew())
+			if warm {
+				go warmUp()
+			}
 		}
 	}
 }

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/template"
+)
+
+// backendFlags are the runtime backends' settings of the server-side
+// commands: each a flag whose default is its MOAT_* variable. This and the
+// other flag registrations in cmd/moat are the only places that read MOAT_*
+// variables; the packages below get typed configuration
+// (runtime.Backends, app.Config).
+type backendFlags struct {
+	oci, runsc, gvisorPlatform, gvisorNetwork, gvisorFlags string
+	vmAccel, vmInit, vmNFSD                                string
+}
+
+func (b *backendFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&b.oci, "oci-runtime", envOr("", "MOAT_OCI_RUNTIME"),
+		"OCI runtime of container sandboxes and microVM template builds: runc|crun (env MOAT_OCI_RUNTIME; default: crun if it works, else runc)")
+	f.StringVar(&b.runsc, "runsc", envOr("", "MOAT_RUNSC"), "gvisor runtime: the runsc binary (env MOAT_RUNSC; default: runsc on PATH)")
+	f.StringVar(&b.gvisorPlatform, "gvisor-platform", envOr("", "MOAT_GVISOR_PLATFORM"),
+		"gvisor runtime: runsc --platform (env MOAT_GVISOR_PLATFORM; default: runsc's, systrap)")
+	f.StringVar(&b.gvisorNetwork, "gvisor-network", envOr("", "MOAT_GVISOR_NETWORK"),
+		"gvisor runtime: runsc --network, sandbox|host (env MOAT_GVISOR_NETWORK; default: sandbox)")
+	f.StringVar(&b.gvisorFlags, "gvisor-flags", envOr("", "MOAT_GVISOR_FLAGS"),
+		"gvisor runtime: more runsc flags, space-separated (env MOAT_GVISOR_FLAGS)")
+	f.StringVar(&b.vmAccel, "vm-accel", envOr("", "MOAT_VM_ACCEL"), "vm runtime accelerator: auto|kvm|tcg (env MOAT_VM_ACCEL; default auto)")
+	f.StringVar(&b.vmInit, "vminit", envOr("", "MOAT_VMINIT"),
+		"vm runtime: the moat-vminit binary (env MOAT_VMINIT; default: next to the moat binary, else on PATH)")
+	f.StringVar(&b.vmNFSD, "nfsd", envOr("", "MOAT_NFSD"),
+		"vm runtime: the moat-nfsd binary that serves volumes to microVMs (env MOAT_NFSD; default: next to the moat binary, else on PATH)")
+}
+
+func (b *backendFlags) backends() runtime.Backends {
+	return runtime.Backends{OCIRuntime: b.oci, Runsc: b.runsc, GVisorPlatform: b.gvisorPlatform,
+		GVisorNetwork: b.gvisorNetwork, GVisorFlags: strings.Fields(b.gvisorFlags), VMAccel: b.vmAccel, VMInit: b.vmInit,
+		VMNFSD: b.vmNFSD}
+}
+
+// addEnvdFlag registers --envd (env MOAT_ENVD): the envd binary installed
+// into templates.
+func addEnvdFlag(cmd *cobra.Command, dst *string) {
+	cmd.Flags().StringVar(dst, "envd", envOr("", template.EnvdEnv),
+		"envd binary to install into templates (env "+template.EnvdEnv+"; default: envd next to the moat binary)")
+}

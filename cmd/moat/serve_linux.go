@@ -1,0 +1,125 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/moatsh/moat/internal/admission"
+	"github.com/moatsh/moat/internal/app"
+	"github.com/moatsh/moat/internal/orchestrator"
+	_ "github.com/moatsh/moat/internal/runtime/container" // registers runtime "container"
+	_ "github.com/moatsh/moat/internal/runtime/gvisor"    // registers runtime "gvisor"
+	_ "github.com/moatsh/moat/internal/runtime/vm"        // registers runtime "vm"
+	"github.com/moatsh/moat/internal/store"
+)
+
+func newServeCmd() *cobra.Command {
+	var (
+		cfg   app.Config
+		bf    backendFlags
+		pools []string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the API server, sandbox proxy and orchestrator",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.Pools, err = parsePools(pools); err != nil {
+				return err
+			}
+			cfg.Backends = bf.backends()
+			cfg.Logger = slog.Default()
+			cfg.Stdout, cfg.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if err := app.Serve(cmd.Context(), cfg); err != nil {
+				return fmt.Errorf("serve: %w", err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Addr, "addr", envOr(defaultAddr, "MOAT_ADDR"), "listen address HOST:PORT (env MOAT_ADDR)")
+	addDataDirFlag(cmd, &cfg.DataDir)
+	f.StringVar(&cfg.Runtime, "runtime", envOr("", "MOAT_RUNTIME"),
+		"sandbox runtimes, comma-separated, run side by side: container (crun or runc), gvisor (runsc), "+
+			"vm (QEMU microVMs). The first is the default; a create runs on the runtime its metadata "+
+			orchestrator.MetadataRuntime+" names, else on its template's runtime (template build --runtime), "+
+			"else on the default; a runtime not listed here is refused (env MOAT_RUNTIME; default: container)")
+	bf.register(cmd)
+	addEnvdFlag(cmd, &cfg.EnvdPath)
+	f.StringVar(&cfg.DNSUpstream, "dns-upstream", envOr("", "MOAT_DNS_UPSTREAM"),
+		"resolvers that allowed names of network.allowOut domain rules are forwarded to: ip or ip:port, comma-separated "+
+			"(env MOAT_DNS_UPSTREAM; default: the host's /etc/resolv.conf)")
+	f.StringVar(&cfg.EgressUpstreamCA, "egress-upstream-ca", envOr("", "MOAT_EGRESS_UPSTREAM_CA"),
+		"PEM file of extra roots (a private CA) that requests given network.rules headers may be forwarded to, "+
+			"besides the system roots (env MOAT_EGRESS_UPSTREAM_CA)")
+	f.DurationVar(&cfg.MaxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a client may ask for")
+	f.StringVar(&cfg.Domain, "domain", envOr("", "MOAT_DOMAIN"),
+		"domain for sandbox hosts {port}-{id}.DOMAIN (env MOAT_DOMAIN)")
+	f.IntVar(&cfg.Admission.Concurrency, "max-concurrent-ops", admission.DefaultConcurrency,
+		"creates, resumes, pauses and snapshots run at once; more wait in a queue")
+	f.IntVar(&cfg.Admission.Queue, "op-queue", 4*admission.DefaultConcurrency,
+		"operations that may wait for a slot; beyond that requests get 429 with Retry-After at once (-1: no queue)")
+	f.Float64Var(&cfg.Capacity.MemOvercommit, "mem-overcommit", 4,
+		"sandboxes may reserve this many times the host's memory; beyond that creates get 503")
+	f.Float64Var(&cfg.Capacity.DiskOvercommit, "disk-overcommit", 8,
+		"sandboxes may reserve this many times the data dir's filesystem (disks are sparse)")
+	f.StringArrayVar(&pools, "pool", nil,
+		"keep N warm sandboxes of TEMPLATE ready for creates: TEMPLATE=N (repeatable)")
+	return cmd
+}
+
+// parsePools reads --pool TEMPLATE=N values.
+func parsePools(vals []string) ([]orchestrator.PoolSpec, error) {
+	var out []orchestrator.PoolSpec
+	seen := map[string]bool{}
+	for _, v := range vals {
+		name, n, ok := strings.Cut(v, "=")
+		size, err := strconv.Atoi(n)
+		if !ok || name == "" || err != nil || size < 0 || size > maxPoolSize {
+			return nil, fmt.Errorf("--pool %q: want TEMPLATE=N with 0 <= N <= %d", v, maxPoolSize)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("--pool %q: template %s given twice", v, name)
+		}
+		seen[name] = true
+		out = append(out, orchestrator.PoolSpec{Template: name, Size: size})
+	}
+	return out, nil
+}
+
+// maxPoolSize bounds one warm pool.
+const maxPoolSize = 1000
+
+func newAPIKeyCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "apikey", Short: "Manage API keys"}
+	var dataDir, team string
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create an API key; it is printed on the last line of stdout",
+		Long: `Create an API key; it is printed on the last line of stdout.
+
+Every key belongs to a team: sandboxes and snapshots belong to the team of
+the key that created them, and keys of other teams can neither see nor
+touch them. Templates are shared by all teams.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			key, err := app.CreateAPIKey(cmd.Context(), dataDir, team)
+			if err != nil {
+				return fmt.Errorf("create api key: %w", err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), key)
+			return nil
+		},
+	}
+	addDataDirFlag(create, &dataDir)
+	create.Flags().StringVar(&team, "team", store.DefaultTeam,
+		"team the key belongs to: 1-63 of a-z, 0-9, '_', '-', starting with a letter or digit")
+	cmd.AddCommand(create)
+	return cmd
+}

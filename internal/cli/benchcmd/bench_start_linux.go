@@ -1,0 +1,297 @@
+package benchcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/moatsh/moat/internal/admission"
+	"github.com/moatsh/moat/internal/app"
+	"github.com/moatsh/moat/internal/bench"
+	"github.com/moatsh/moat/internal/orchestrator"
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/container"
+	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/template"
+	moat "github.com/moatsh/moat/sdk/go"
+)
+
+// moat bench --start: issue 12's first "done when" for the container
+// runtime, in this one process. It runs the server in-process (app.Serve)
+// twice, without a pool and then with a pool of startConcurrent, and times
+// create→first command as an SDK does it: the Go SDK's CreateSandbox (POST
+// /sandboxes) and Run("true") (envd's /process.Process/Start of
+// `/bin/bash -l -c true` through the server's proxy), next to a bare crun
+// run of /bin/true on the same root filesystem, interleaved with the
+// unpooled creates. Then startConcurrent creates at once, with and without
+// the pool. Nothing here asserts a time: targets are printed beside the numbers.
+
+// startConcurrent is how many creates run at once, and the pool's size.
+const startConcurrent = 20
+
+// startRounds is how many times the concurrent creates are repeated.
+const startRounds = 3
+
+// startReport holds what benchStart measured.
+type startReport struct {
+	bare, unpooled, pooled   bench.Series
+	concUnpooled, concPooled bench.Series // wall time of startConcurrent creates→first command
+}
+
+// benchStart runs the whole benchmark and prints it; n is the number of
+// sequential creates of each kind.
+func benchStart(cmd *cobra.Command, dataDir string, be runtime.Backends, tmpl string, n int) error {
+	ctx, began := cmd.Context(), time.Now()
+	rootfs := template.Layout{DataDir: dataDir}.RootfsDir(tmpl)
+	rep := startReport{
+		bare:         bench.Series{Name: "bare crun run /bin/true (same rootfs)"},
+		unpooled:     bench.Series{Name: "unpooled"},
+		pooled:       bench.Series{Name: "pooled"},
+		concUnpooled: bench.Series{Name: "unpooled"},
+		concPooled:   bench.Series{Name: fmt.Sprintf("pool of %d", startConcurrent)},
+	}
+	if err := benchUnpooled(ctx, dataDir, be, tmpl, rootfs, n, &rep); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if err := benchPooled(ctx, dataDir, be, tmpl, n, &rep); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	rep.print(cmd.OutOrStdout(), tmpl)
+	fmt.Fprintf(cmd.OutOrStdout(), "(benchmark took %s)\n", time.Since(began).Round(time.Second))
+	return nil
+}
+
+// benchUnpooled measures on a server without a pool: n creates, each next
+// to a bare crun run, then the concurrent rounds.
+func benchUnpooled(ctx context.Context, dataDir string, be runtime.Backends, tmpl, rootfs string, n int, rep *startReport) error {
+	c, stop, err := benchServer(ctx, dataDir, container.Name, be, nil)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	for i := range n {
+		d, err := createFirstCommand(ctx, c, tmpl)
+		if err != nil {
+			return fmt.Errorf("unpooled create %d: %w", i, err)
+		}
+		rep.unpooled.Samples = append(rep.unpooled.Samples, d)
+		if d, err = container.BareRun(ctx, be.OCIRuntime, rootfs, "/bin/true"); err != nil {
+			return fmt.Errorf("bare run %d: %w", i, err)
+		}
+		rep.bare.Samples = append(rep.bare.Samples, d)
+	}
+	for i := range startRounds {
+		d, err := concurrentCreates(ctx, c, tmpl, startConcurrent)
+		if err != nil {
+			return fmt.Errorf("concurrent unpooled creates, round %d: %w", i, err)
+		}
+		rep.concUnpooled.Samples = append(rep.concUnpooled.Samples, d)
+	}
+	return nil
+}
+
+// benchPooled measures on a server with a pool of startConcurrent members,
+// each measurement starting with a full pool (no refill running).
+func benchPooled(ctx context.Context, dataDir string, be runtime.Backends, tmpl string, n int, rep *startReport) error {
+	c, stop, err := benchServer(ctx, dataDir, container.Name, be, []orchestrator.PoolSpec{{Template: tmpl, Size: startConcurrent}})
+	if err != nil {
+		return err
+	}
+	defer stop()
+	for i := range n {
+		if err := waitPoolFull(ctx, c); err != nil {
+			return err
+		}
+		d, err := createFirstCommand(ctx, c, tmpl)
+		if err != nil {
+			return fmt.Errorf("pooled create %d: %w", i, err)
+		}
+		rep.pooled.Samples = append(rep.pooled.Samples, d)
+	}
+	for i := range startRounds {
+		if err := waitPoolFull(ctx, c); err != nil {
+			return err
+		}
+		d, err := concurrentCreates(ctx, c, tmpl, startConcurrent)
+		if err != nil {
+			return fmt.Errorf("concurrent pooled creates, round %d: %w", i, err)
+		}
+		rep.concPooled.Samples = append(rep.concPooled.Samples, d)
+	}
+	return nil
+}
+
+// benchServer runs a server with `moat serve`'s defaults on a free local
+// port, runtime rt and pools, until stop; it returns a client
+// with a fresh API key. Its log goes to stderr from serverLogLevel up.
+func benchServer(ctx context.Context, dataDir, rt string, be runtime.Backends, pools []orchestrator.PoolSpec) (*moat.Client, func(), error) {
+	return benchServerWith(ctx, app.Config{DataDir: dataDir, Runtime: rt, Pools: pools, Backends: be,
+		Admission: admission.Config{Concurrency: admission.DefaultConcurrency, Queue: 4 * admission.DefaultConcurrency}})
+}
+
+// benchServerWith runs a server with cfg (Addr, Logger, Stdout and Stderr
+// are set here) until stop, like benchServer.
+func benchServerWith(ctx context.Context, cfg app.Config) (*moat.Client, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	cfg.Addr, cfg.Stdout, cfg.Stderr = addr, io.Discard, io.Discard
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: serverLogLevel}))
+	dataDir := cfg.DataDir
+	go func() { done <- app.Serve(sctx, cfg) }()
+	stop := func() { cancel(); <-done }
+	base := "http://" + addr
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-done:
+			cancel()
+			return nil, nil, fmt.Errorf("server: %w", err)
+		default:
+		}
+		if resp, err := http.Get(base + "/health"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, nil, errors.New("server did not listen within a minute")
+		}
+	}
+	key, err := app.CreateAPIKey(ctx, dataDir, store.DefaultTeam)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return &moat.Client{APIURL: base, APIKey: key}, stop, nil
+}
+
+// serverLogLevel is the in-process server's log level: WARN, or DEBUG with
+// `bench --start -v` (the create steps of every sandbox, to see where a
+// create's time goes).
+var serverLogLevel = slog.LevelWarn
+
+// createFirstCommand times CreateSandbox + Run("true") and kills the
+// sandbox afterwards (not timed).
+func createFirstCommand(ctx context.Context, c *moat.Client, tmpl string) (time.Duration, error) {
+	start := time.Now()
+	sb, err := createRun(ctx, c, tmpl)
+	d := time.Since(start)
+	if sb != nil {
+		killQuietly(ctx, sb)
+	}
+	return d, err
+}
+
+// createRun creates a sandbox and runs `true` in it as the SDKs'
+// commands.run does; the sandbox is returned when it was created.
+func createRun(ctx context.Context, c *moat.Client, tmpl string) (*moat.Sandbox, error) {
+	sb, err := c.CreateSandbox(ctx, moat.CreateOptions{Template: tmpl, Timeout: 5 * time.Minute})
+	if err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	code, err := sb.Run(ctx, "true", moat.RunOptions{})
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit code %d", code)
+	}
+	if err != nil {
+		return sb, fmt.Errorf("run: %w", err)
+	}
+	return sb, nil
+}
+
+func killQuietly(ctx context.Context, sb *moat.Sandbox) {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_ = sb.Kill(kctx)
+}
+
+// concurrentCreates runs k creates→first command at once and returns the
+// wall time until the last command finished; the sandboxes are killed
+// after (not timed).
+func concurrentCreates(ctx context.Context, c *moat.Client, tmpl string, k int) (time.Duration, error) {
+	var wg sync.WaitGroup
+	errs := make([]error, k)
+	sbs := make([]*moat.Sandbox, k)
+	ends := make([]time.Duration, k)
+	start := time.Now()
+	for i := range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sbs[i], errs[i] = createRun(ctx, c, tmpl)
+			ends[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	for _, sb := range sbs {
+		if sb != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); killQuietly(ctx, sb) }()
+		}
+	}
+	wg.Wait()
+	return slices.Max(ends), errors.Join(errs...)
+}
+
+// waitPoolFull waits until every pool of the server is full.
+func waitPoolFull(ctx context.Context, c *moat.Client) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		pools, err := c.ListPools(ctx)
+		if err != nil {
+			return err
+		}
+		full := len(pools) > 0
+		for _, p := range pools {
+			full = full && p.Ready >= p.Size
+		}
+		if full {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pool not full after 3 minutes: %+v", pools)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// print writes the report with the issue's targets beside the numbers.
+func (r startReport) print(w io.Writer, tmpl string) {
+	fmt.Fprintf(w, "container runtime, template %s: create→first command through the REST API and envd's process API\n", tmpl)
+	fmt.Fprintf(w, "(Go SDK CreateSandbox, then Run(\"true\") = /process.Process/Start of `bash -l -c true` via the proxy)\n")
+	line := func(s bench.Series, note string) {
+		fmt.Fprintf(w, "  %-38s n=%-3d median=%-9v p99=%-9v %s\n", s.Name, len(s.Samples),
+			s.Median().Round(100*time.Microsecond), s.Percentile(99).Round(100*time.Microsecond), note)
+	}
+	bare := float64(r.bare.Median())
+	ratio := func(s bench.Series) float64 { return float64(s.Median()) / max(bare, 1) }
+	line(r.bare, "")
+	line(r.unpooled, fmt.Sprintf("%.2f× bare  target ≤ 1.50× bare  %s", ratio(r.unpooled), verdict(ratio(r.unpooled) <= 1.5)))
+	line(r.pooled, fmt.Sprintf("%.2f× bare  target p50 ≤ 15 ms     %s", ratio(r.pooled), verdict(r.pooled.Median() <= 15*time.Millisecond)))
+	fmt.Fprintf(w, "%d creates→first command at once: wall time until the last (median of %d rounds)\n", startConcurrent, startRounds)
+	p, u := r.concPooled.Median(), r.concUnpooled.Median()
+	line(r.concPooled, fmt.Sprintf("target ≤ 0.5 s  %s", verdict(p <= 500*time.Millisecond)))
+	line(r.concUnpooled, fmt.Sprintf("target ≤ 1.5 s  %s  (%.1f× pooled)", verdict(u <= 1500*time.Millisecond), float64(u)/max(float64(p), 1)))
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}

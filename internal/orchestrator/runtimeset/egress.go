@@ -1,0 +1,51 @@
+package runtimeset
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/netpolicy"
+	"github.com/moatsh/moat/internal/store"
+)
+
+// ApplyEgress hands sb's stored network policy to its backend (sb.Runtime;
+// an unknown name means the default). A backend without host-side policy
+// can only run sandboxes without allowOut/denyOut: anything else is
+// refused (ErrNotImplemented) rather than ignored.
+func (s *Set) ApplyEgress(ctx context.Context, sb store.Sandbox) error {
+	eg, err := egressOf(sb)
+	if err != nil {
+		return err
+	}
+	rt, err := s.Named(sb.Runtime)
+	if err != nil {
+		rt = s.Default()
+	}
+	es, ok := rt.(EgressSetter)
+	if !ok {
+		if len(sb.Network.AllowOut)+len(sb.Network.DenyOut)+len(sb.Network.Rules) > 0 {
+			return errdefs.Publicf(errdefs.ErrNotImplemented, "the %s runtime cannot enforce network allowOut/denyOut", rt.Name())
+		}
+		return nil
+	}
+	if err := es.SetEgress(context.WithoutCancel(ctx), sb.ID, eg); err != nil {
+		return fmt.Errorf("sandbox %s: network policy: %w", sb.ID, err)
+	}
+	return nil
+}
+
+// egressOf is the policy the host enforces for sb.
+func egressOf(sb store.Sandbox) (netpolicy.Egress, error) {
+	allow, deny, canon, _, err := netpolicy.ParseEgress(sb.Network.AllowOut, sb.Network.DenyOut)
+	if err != nil {
+		return netpolicy.Egress{}, err
+	}
+	e := netpolicy.Egress{Allow: allow, Deny: deny, Internet: sb.AllowInternet, Domains: netpolicy.Domains(canon), Team: sb.Team}
+	for _, r := range sb.Network.Rules {
+		if len(r.Headers) > 0 {
+			e.Headers = append(e.Headers, netpolicy.HeaderRule{Domain: r.Domain, Headers: r.Headers})
+		}
+	}
+	return e, nil
+}

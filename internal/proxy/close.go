@@ -1,0 +1,118 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// errSandboxRemoved cancels the requests of a sandbox that CloseSandbox
+// was called for.
+var errSandboxRemoved = errors.New("proxy: sandbox removed")
+
+// CloseSandbox ends everything the proxy holds open to sandbox id: its
+// requests in flight (a stream being copied is cut, one not answered yet
+// gets the 502 of a sandbox that is gone) and its upstream connections,
+// idle or upgraded. The orchestrator calls it when the sandbox leaves the
+// routing table (killed, timed out, died): a killed microVM or gVisor
+// sandbox never resets its TCP connections, so clients would otherwise
+// hang until TCP gives up.
+func (p *Proxy) CloseSandbox(id string) {
+	if n := p.open.close(id); n > 0 {
+		p.log.Debug("closed the proxy's connections to a removed sandbox", "sandboxID", id, "count", n)
+	}
+}
+
+// follow records request r to sandbox id until unfollow is called (when
+// the handler returns), so that CloseSandbox can end it: r's context is
+// cancelled with errSandboxRemoved, and the client connection's read
+// deadline passes, because a request body being copied upstream holds the
+// transport until its next read returns.
+func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, id string) (_ *http.Request, unfollow func()) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	rc := http.NewResponseController(w)
+	var mu sync.Mutex
+	done := false // the handler returned: w may serve the next request
+	remove := p.open.add(id, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			cancel(errSandboxRemoved)
+			_ = rc.SetReadDeadline(time.Now())
+		}
+	})
+	return r.WithContext(ctx), func() {
+		mu.Lock()
+		done = true
+		mu.Unlock()
+		remove()
+		cancel(nil)
+	}
+}
+
+// openSet is what the proxy has open per sandbox ID, each as the func that
+// ends it. The zero value is ready. Safe for concurrent use.
+type openSet struct {
+	mu sync.Mutex
+	by map[string]map[*openItem]struct{} // guarded by mu
+}
+
+type openItem struct{ end func() }
+
+// add records end under id until the returned remove is called.
+func (s *openSet) add(id string, end func()) (remove func()) {
+	it := &openItem{end: end}
+	s.mu.Lock()
+	if s.by == nil {
+		s.by = map[string]map[*openItem]struct{}{}
+	}
+	if s.by[id] == nil {
+		s.by[id] = map[*openItem]struct{}{}
+	}
+	s.by[id][it] = struct{}{}
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if set := s.by[id]; set != nil {
+			delete(set, it)
+			if len(set) == 0 {
+				delete(s.by, id)
+			}
+		}
+	}
+}
+
+// close ends and forgets everything recorded under id; it returns how many.
+func (s *openSet) close(id string) int {
+	s.mu.Lock()
+	set := s.by[id]
+	delete(s.by, id)
+	s.mu.Unlock()
+	for it := range set {
+		it.end()
+	}
+	return len(set)
+}
+
+// track records c under id until it is closed.
+func (s *openSet) track(id string, c net.Conn) net.Conn {
+	tc := &trackedConn{Conn: c}
+	tc.remove = s.add(id, func() { _ = c.Close() })
+	return tc
+}
+
+// trackedConn is an upstream connection that leaves its openSet on Close.
+type trackedConn struct {
+	net.Conn
+	once   sync.Once
+	remove func()
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(c.remove)
+	return c.Conn.Close()
+}

@@ -1,0 +1,99 @@
+package container
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/moatsh/moat/internal/idmap"
+	"github.com/moatsh/moat/internal/netpolicy/hostnet"
+	"github.com/moatsh/moat/internal/runtime"
+)
+
+// writeEtc puts /etc/hosts, /etc/hostname and /etc/resolv.conf in the upper
+// dir, owned by the sandbox's root.
+func writeEtc(upper string, spec runtime.Spec, addr netip.Addr, ids idmap.Range) error {
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = "sandbox"
+	}
+	etc := filepath.Join(upper, "etc")
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chown(etc, ids.Root(), ids.Root()); err != nil {
+		return err
+	}
+	files := map[string]string{
+		"hosts":       fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", addr, hostname),
+		"hostname":    hostname + "\n",
+		"resolv.conf": resolvConf(),
+	}
+	for name, content := range files {
+		p := filepath.Join(etc, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return fmt.Errorf("write /etc/%s: %w", name, err)
+		}
+		if err := os.Chown(p, ids.Root(), ids.Root()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resolvConf uses the host's public nameservers; private, loopback and
+// link-local ones, and those inside the host's own networks (its LAN, its
+// gateways: see hostnet.Networks), are unreachable from a sandbox, so
+// public resolvers replace them.
+func resolvConf() string {
+	var ns []string
+	if b, err := os.ReadFile("/etc/resolv.conf"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 2 && f[0] == "nameserver" {
+				if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() && a.IsGlobalUnicast() && !a.IsPrivate() &&
+					!hostnet.Contains(a) {
+					ns = append(ns, a.String())
+				}
+			}
+		}
+	}
+	if len(ns) == 0 {
+		ns = []string{"1.1.1.1", "8.8.8.8"}
+	}
+	var b strings.Builder
+	for _, a := range ns {
+		b.WriteString("nameserver " + a + "\n")
+	}
+	return b.String()
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "\t")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// readTail returns up to n bytes from the end of a file.
+func readTail(path string, n int64) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > n {
+		_, _ = f.Seek(-n, io.SeekEnd)
+	}
+	b, err := io.ReadAll(f)
+	return string(bytes.TrimSpace(b)), err
+}

@@ -1,0 +1,178 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/moatsh/moat/internal/errdefs"
+)
+
+// hybridMarker lists controllers on the cgroup2 mount of a hybrid host.
+const hybridMarker = "/sys/fs/cgroup/unified/cgroup.controllers"
+
+// CLI runs an OCI runtime binary (runc, crun or runsc) with Moat's state root.
+type CLI struct {
+	Name string // "runc", "crun" or "runsc"
+	// Root is --root: only Moat's containers live here. It may be set
+	// after Pick, before the first command.
+	Root string
+	bin  string
+	// hideCgroup2 runs the binary in a private mount namespace without the
+	// cgroup2 mount (RunCmd): crun refuses hybrid hosts otherwise.
+	hideCgroup2 bool
+	flags       []string // global flags after --root (runsc: platform, network; see runsc_linux.go)
+}
+
+// State is the part of `runc state` / `list -f json` we read.
+type State struct {
+	ID     string `json:"id"`
+	PID    int    `json:"pid"`
+	Status string `json:"status"`
+	Bundle string `json:"bundle"`
+}
+
+// isHybrid reports whether cgroup v1 and a cgroup2 mount with controllers coexist.
+func isHybrid() bool {
+	b, err := os.ReadFile(hybridMarker)
+	return err == nil && len(bytes.TrimSpace(b)) > 0
+}
+
+// Pick chooses the OCI runtime: override ("runc"/"crun") if set, else
+// crun when it works (on hybrid hosts in a private mount namespace, see startHidden), else runc.
+func Pick(ctx context.Context, log *slog.Logger, override, root string) (*CLI, error) {
+	hybrid := isHybrid()
+	try := func(name string) (*CLI, error) {
+		bin, err := exec.LookPath(name)
+		if err != nil {
+			return nil, fmt.Errorf("%s not found (apt-get install %s): %w", name, name, errdefs.ErrUnavailable)
+		}
+		o := &CLI{Name: name, bin: bin, Root: root, hideCgroup2: name == "crun" && hybrid}
+		if out, err := o.Command(ctx, "--version").CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("%s --version: %w: %s", name, err, bytes.TrimSpace(out))
+		}
+		return o, nil
+	}
+	switch override {
+	case "runc", "crun":
+		o, err := try(override)
+		if err == nil {
+			log.InfoContext(ctx, "OCI runtime chosen", "oci", override, "why", "configured (--oci-runtime, MOAT_OCI_RUNTIME)", "hybrid_cgroups", hybrid)
+		}
+		return o, err
+	case "":
+	default:
+		return nil, fmt.Errorf("OCI runtime %q: want runc or crun: %w", override, errdefs.ErrInvalidArgument)
+	}
+	o, crunErr := try("crun")
+	if crunErr == nil {
+		why := "crun is faster (create, exec, delete)"
+		if hybrid {
+			why += "; hybrid cgroups: run in a private mount namespace without the cgroup2 mount"
+		}
+		log.InfoContext(ctx, "OCI runtime chosen", "oci", "crun", "why", why)
+		return o, nil
+	}
+	o, err := try("runc")
+	if err != nil {
+		return nil, fmt.Errorf("no OCI runtime: crun: %v; runc: %w", crunErr, err)
+	}
+	log.InfoContext(ctx, "OCI runtime chosen", "oci", "runc", "why", "crun unusable: "+crunErr.Error())
+	return o, nil
+}
+
+// Command builds the runtime invocation; the caller sets stdio and runs it
+// with RunCmd.
+func (o *CLI) Command(ctx context.Context, args ...string) *exec.Cmd {
+	full := append(append([]string{"--root", o.Root}, o.flags...), o.renamed(args)...)
+	if args[0] == "--version" {
+		full = args
+	}
+	if o.Name == "runsc" && args[0] == "run" {
+		return o.runscRun(ctx, full) // runsc_linux.go
+	}
+	return exec.CommandContext(ctx, o.bin, full...) // started through o.RunCmd (hideCgroup2)
+}
+
+// Run executes a short command and returns its stdout. "does not exist"
+// errors come back as ErrNotFound.
+func (o *CLI) Run(ctx context.Context, args ...string) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := o.Command(ctx, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := o.RunCmd(cmd); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if strings.Contains(msg, "does not exist") || strings.Contains(msg, "not found") || strings.Contains(msg, "No such file") {
+			return nil, fmt.Errorf("%s %s: %s: %w", o.Name, args[0], msg, errdefs.ErrNotFound)
+		}
+		return nil, fmt.Errorf("%s %s: %w: %s", o.Name, args[0], err, msg)
+	}
+	return stdout.Bytes(), nil
+}
+
+// Start runs `run -d` with the runtime's and the container's stdout and
+// stderr going to log, never to a pipe: the detached container inherits it,
+// and a reader would wait for an EOF that only comes when the sandbox dies.
+// log must be a file within the sandbox's own limits (see package hostfs):
+// root inside can take envd's descriptors. Stdin is /dev/null (exec.Cmd's
+// nil Stdin), and no other descriptor is passed (Moat's own are
+// close-on-exec, see package fdhygiene). The container's host PID is
+// written to pidFile. On error the caller adds log's tail.
+func (o *CLI) Start(ctx context.Context, bundle, name, pidFile string, log *os.File) error {
+	cmd := o.Command(ctx, "run", "-d", "--pid-file", pidFile, "--bundle", bundle, name)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, log, log
+	if err := o.RunCmd(cmd); err != nil {
+		return fmt.Errorf("%s run %s: %w", o.Name, name, err)
+	}
+	return nil
+}
+
+// State reads the state of the container called name.
+func (o *CLI) State(ctx context.Context, name string) (*State, error) {
+	out, err := o.Run(ctx, "state", name)
+	if err != nil {
+		return nil, err
+	}
+	var st State
+	if err := json.Unmarshal(out, &st); err != nil {
+		return nil, fmt.Errorf("%s state %s: %w", o.Name, name, err)
+	}
+	return &st, nil
+}
+
+// List returns every container in the state root (none when it does not exist).
+func (o *CLI) List(ctx context.Context) ([]State, error) {
+	if _, err := os.Stat(o.Root); os.IsNotExist(err) {
+		return nil, nil
+	}
+	out, err := o.Run(ctx, "list", "-f", "json")
+	if err != nil {
+		return nil, err
+	}
+	var l []State
+	if len(bytes.TrimSpace(out)) == 0 || bytes.Equal(bytes.TrimSpace(out), []byte("null")) {
+		return nil, nil
+	}
+	if err := json.Unmarshal(out, &l); err != nil {
+		return nil, fmt.Errorf("%s list: %w", o.Name, err)
+	}
+	return l, nil
+}
+
+// Others returns the runtime not chosen, in its default root, so that
+// Recover can remove containers a server started with the other one.
+func Others(chosen *CLI) []*CLI {
+	other := map[string]string{"runc": "crun", "crun": "runc"}[chosen.Name]
+	bin, err := exec.LookPath(other)
+	if err != nil {
+		return nil
+	}
+	return []*CLI{{Name: other, bin: bin, Root: filepath.Join(filepath.Dir(chosen.Root), other),
+		hideCgroup2: other == "crun" && isHybrid()}}
+}

@@ -1,0 +1,11 @@
+// Package launch starts the QEMU of a sandbox or template boot: it sets up
+// the guest network (package guestnet) in the sandbox's network namespace,
+// hands the QEMU's directory to the unprivileged host IDs it runs as,
+// starts it jailed (qemu.JailConfig, internal/jail) in its cgroup, and
+// connects to its console and QMP sockets.
+//
+// It exists apart from package vm because a sandbox's create and resume,
+// a template's first boot (package templatesnap) and the benchmarks
+// (package vmbench) all start QEMU this way; it keeps no bookkeeping of
+// its own.
+package launch

@@ -1,0 +1,80 @@
+package snapshot
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/vm/image"
+	"github.com/moatsh/moat/internal/runtime/vm/prune"
+	"github.com/moatsh/moat/internal/runtime/vm/qemu"
+)
+
+// ReadyFile marks a complete template snapshot directory.
+const ReadyFile = prune.ReadyFile
+
+// Snapshot is a template booted once and frozen right after envd answered,
+// or a sandbox saved by Runtime.Snapshot (Fork).
+type Snapshot struct {
+	Dir      string // disk.qcow2, mem, state
+	Boot     *image.BootFiles
+	Accel    string
+	VCPUs    int
+	MemMiB   int
+	Template string // template build key
+	// Fork: disk.qcow2 is a sandbox's own overlay (over its template's
+	// disk), which restores copy instead of layering another overlay on it.
+	Fork bool
+}
+
+// Disk is the guest's disk at the snapshot.
+func (s *Snapshot) Disk() string { return filepath.Join(s.Dir, "disk.qcow2") }
+
+// Mem is the guest's RAM at the snapshot.
+func (s *Snapshot) Mem() string { return filepath.Join(s.Dir, "mem") }
+
+// State is the guest's device state at the snapshot.
+func (s *Snapshot) State() string { return filepath.Join(s.Dir, "state") }
+
+// Machine is the QEMU layout shared by a snapshot and its restores: a
+// machine called name whose sockets and pidfile are in dir (the caller
+// sets its disk, and its memory file unless that is s's own).
+func (s *Snapshot) Machine(name, dir string, tscKHz int) *qemu.Machine {
+	return &qemu.Machine{Name: name, Accel: s.Accel, TSCkHz: tscKHz, VCPUs: s.VCPUs, MemMiB: s.MemMiB,
+		Kernel: s.Boot.Kernel, Initramfs: s.Boot.Initramfs, MemPath: s.Mem(),
+		QMP: filepath.Join(dir, "qmp.sock"), Console: filepath.Join(dir, "console.sock"), PidFile: filepath.Join(dir, "pid")}
+}
+
+// TemplateKey names a template build: <name>-<stamp>, where stamp hashes
+// the template's stamp.json when it has one, else the rootfs's and envd's
+// modification times.
+func TemplateKey(spec runtime.Spec) string {
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, strings.ToLower(spec.TemplateID))
+	if name == "" {
+		name = "template"
+	}
+	if len(name) > 32 { // unix socket paths under the snapshot dir must stay < 108 bytes
+		name = name[:32]
+	}
+	h := sha256.New()
+	if b, err := os.ReadFile(filepath.Join(filepath.Dir(spec.RootfsDir), "stamp.json")); err == nil {
+		h.Write(b)
+	} else {
+		fmt.Fprintln(h, spec.RootfsDir)
+		for _, p := range []string{spec.RootfsDir, filepath.Join(spec.RootfsDir, "usr/local/bin/envd")} {
+			if fi, err := os.Stat(p); err == nil {
+				fmt.Fprintln(h, fi.ModTime().UnixNano(), fi.Size())
+			}
+		}
+	}
+	return name + "-" + hex.EncodeToString(h.Sum(nil))[:12]
+}

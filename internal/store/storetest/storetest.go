@@ -1,0 +1,92 @@
+// Package storetest is the conformance suite of Moat's store: the
+// behaviour that the store's users (orchestrator.Store, server.Store,
+// build.Store) rely on, checked through those interfaces only, so that the
+// default SQLite implementation (*store.DB, see store's
+// conformance_test.go) and a later one (PostgreSQL, for scale-out) run the
+// same tests. What is particular to one implementation (SQLite's
+// migrations, file modes, write queueing) stays in its own tests.
+//
+// The record types (store.Sandbox, store.Template, ...) live in package
+// store beside the SQLite code: they are the data model every
+// implementation shares, and the users already import that package for
+// them; a second implementation imports it too and links SQLite, which
+// stays the default, so a separate model package would only move files.
+//
+// Packages orchestrator, server and build must not import storetest from
+// their in-package tests (storetest imports them for their interfaces).
+package storetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/moatsh/moat/internal/build"
+	"github.com/moatsh/moat/internal/orchestrator"
+	"github.com/moatsh/moat/internal/secrets"
+	"github.com/moatsh/moat/internal/server"
+	"github.com/moatsh/moat/internal/store"
+)
+
+// Store is what an implementation must offer: the union of its users'
+// interfaces, plus what the CLI and the app wiring use to seed it and the
+// suite uses to read back what it wrote.
+type Store interface {
+	orchestrator.Store
+	server.Store
+	build.Store
+	secrets.Store
+
+	// UpsertTemplate inserts t or updates the template named t.Name in
+	// place, keeping its ID, CreatedAt and spawn statistics; an empty
+	// t.ID gets a random one, an empty name is errdefs.ErrInvalidArgument.
+	UpsertTemplate(ctx context.Context, t store.Template) error
+	// MarkTemplateSpawned counts one more sandbox started from template id
+	// (what InsertSpawnedSandbox does in its transaction).
+	MarkTemplateSpawned(ctx context.Context, id string, at time.Time) error
+	// CreateAPIKey makes a key for team and returns its plaintext
+	// (errdefs.ErrInvalidArgument for an invalid team).
+	CreateAPIKey(ctx context.Context, team string) (string, error)
+	// CountAPIKeys returns how many keys exist.
+	CountAPIKeys(ctx context.Context) (int, error)
+	// GetSandbox returns sandbox id (errdefs.ErrNotFound).
+	GetSandbox(ctx context.Context, id string) (store.Sandbox, error)
+}
+
+// Run runs the suite; open returns a new, empty store for each test (and
+// closes it with t.Cleanup).
+func Run(t *testing.T, open func(t *testing.T) Store) {
+	tests := []struct {
+		name string
+		run  func(t *testing.T, d Store)
+	}{
+		{"Templates", templates},
+		{"APIKeys", apiKeys},
+		{"TeamBuilds", teamBuilds},
+		{"TeamBuildsDelete", teamBuildsDelete},
+		{"FailedBuilds", failedBuilds},
+		{"SandboxCRUD", sandboxCRUD},
+		{"ListSandboxes", listSandboxes},
+		{"SandboxAutoResumeAndTimeout", sandboxAutoResumeAndTimeout},
+		{"Snapshots", snapshotsCRUD},
+		{"ListSnapshots", listSnapshots},
+		{"Volumes", volumes},
+		{"Secrets", secretsCRUD},
+		{"ListSecrets", listSecrets},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.run(t, open(t))
+		})
+	}
+}
+
+func equal(a, b []string) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}

@@ -1,0 +1,192 @@
+package rootfs
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// SwapDirs moves the directory src to dst. When dst exists the two are
+// exchanged atomically (renameat2 RENAME_EXCHANGE), so readers of dst never
+// see it missing, and the old tree ends up at src for the caller to remove.
+func SwapDirs(src, dst string) error {
+	if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
+		return os.Rename(src, dst)
+	}
+	err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_EXCHANGE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) { // filesystem without exchange
+		old := dst + ".old"
+		if err := os.Rename(dst, old); err != nil {
+			return err
+		}
+		if err := os.Rename(src, dst); err != nil {
+			return err
+		}
+		return os.Rename(old, src)
+	}
+	return err
+}
+
+// RemoveTree deletes a build work directory. A killed mmdebstrap can leave
+// /proc, /sys or /dev of the host bind-mounted inside the chroot; deleting
+// through such a mount would destroy host files, so mounts below dir are
+// detached first, and the removal is refused if any remain.
+func RemoveTree(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	mounts, err := mountsUnder(abs)
+	if err != nil {
+		return err
+	}
+	for _, m := range slices.Backward(mounts) {
+		_ = syscall.Unmount(m, syscall.MNT_DETACH)
+	}
+	if mounts, err = mountsUnder(abs); err != nil {
+		return err
+	}
+	if len(mounts) > 0 {
+		return fmt.Errorf("refusing to remove %s: still mounted: %s", abs, strings.Join(mounts, ", "))
+	}
+	return os.RemoveAll(abs)
+}
+
+// mountsUnder lists mount points at or below dir, in mount order.
+func mountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read mounts: %w", err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out, sc.Err()
+}
+
+// InUseAsLowerdir reports whether a running sandbox uses the tree at dir:
+// an overlay mount visible here has dir as a lower layer (overlayfs
+// reports the path given at mount time, so this also matches mounts made
+// from an older tree that was swapped out at the same path), or a mount
+// has the tree as its root (the container runtime's idmapped view of a
+// template, wherever the tree has moved since).
+func InUseAsLowerdir(dir string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("read mounts: %w", err)
+	}
+	defer f.Close()
+	if ok, err := hasLowerdir(f, dir); ok || err != nil {
+		return ok, err
+	}
+	return IsMountRoot(dir)
+}
+
+// IsMountRoot reports whether a mount other than one on dir itself (a
+// bind or idmapped mount) shows the directory dir as its root: a mount
+// point on dir's filesystem whose root has dir's inode. It follows the
+// tree, not its path, so it finds mounts of a tree renamed since.
+func IsMountRoot(dir string) (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, fmt.Errorf("stat %s: %w", dir, err)
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("read mounts: %w", err)
+	}
+	defer f.Close()
+	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 || fields[2] != dev {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		var m unix.Stat_t
+		if mp != dir && unix.Stat(mp, &m) == nil && m.Dev == st.Dev && m.Ino == st.Ino {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+// hasLowerdir scans a mountinfo table for an overlay with lower layer dir.
+func hasLowerdir(r io.Reader, dir string) (bool, error) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		// ... - overlay overlay rw,lowerdir=/a:/b,upperdir=...
+		_, after, ok := strings.Cut(sc.Text(), " - ")
+		fields := strings.Fields(after)
+		if !ok || len(fields) < 3 || fields[0] != "overlay" {
+			continue
+		}
+		for opt := range strings.SplitSeq(fields[2], ",") {
+			lower, ok := strings.CutPrefix(opt, "lowerdir=")
+			if !ok {
+				continue
+			}
+			for l := range strings.SplitSeq(lower, ":") {
+				if filepath.Clean(unescapeMount(l)) == dir {
+					return true, nil
+				}
+			}
+		}
+	}
+	return false, sc.Err()
+}
+
+// unescapeMount undoes the octal escapes (\040 for space, ...) of mountinfo.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var c byte
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
+				b.WriteByte(c)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// LockFile takes an exclusive flock on path and returns its release.
+func LockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
