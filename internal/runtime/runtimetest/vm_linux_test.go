@@ -47,6 +47,8 @@ func TestVM(t *testing.T) {
 	if err != nil {
 		requirement(t, "vm runtime: "+err.Error())
 	}
+	// Before the TempDir goes: a spare refill must not write into it.
+	t.Cleanup(func() { _ = rt.Close() })
 	runtimetest.Run(t, func(t *testing.T) runtimetest.Harness {
 		return runtimetest.Harness{
 			Runtime: rt,

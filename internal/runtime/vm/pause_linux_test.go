@@ -232,6 +232,7 @@ func restarted(t *testing.T, r *Runtime) *Runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = r2.Close() })
 	return r2
 }
 

@@ -217,3 +217,7 @@ func (r *Runtime) removeUnfinishedSnapshots() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Close ends r's background work (spare refills) and removes its spares;
+// its sandboxes keep running (a later Recover adopts them).
+func (r *Runtime) Close() error { return r.spares.Close() }

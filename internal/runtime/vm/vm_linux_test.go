@@ -61,6 +61,7 @@ func TestMain(m *testing.M) {
 		code := m.Run()
 		if shared != nil {
 			_, _ = shared.Recover(context.Background(), nil) // everything left over goes
+			_ = shared.Close()                               // no spare refill writes into dir after
 			_ = shared.net.Close()
 		}
 		_ = cgroups.Remove(testCgroup)

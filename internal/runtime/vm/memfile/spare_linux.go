@@ -57,6 +57,10 @@ type Spares struct {
 	busy  map[string]bool      // snapshot dir → a refill runs; guarded by mu
 	work  chan struct{}        // one refill at a time, whatever the snapshot
 	stamp func(string) (fileStamp, error)
+
+	closed bool           // guarded by mu; Close was called
+	stop   chan struct{}  // closed by Close: refills end
+	wg     sync.WaitGroup // the refill goroutines
 }
 
 // spare is one made spare.
@@ -80,7 +84,24 @@ func NewSpares(log *slog.Logger, vmDir string, want int) *Spares {
 	inst := strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	return &Spares{log: log, dir: filepath.Join(vmDir, "spares", inst), want: want,
 		ready: map[string][]spare{}, used: map[string]time.Time{}, busy: map[string]bool{},
-		work: make(chan struct{}, 1), stamp: stampOf}
+		work: make(chan struct{}, 1), stamp: stampOf, stop: make(chan struct{})}
+}
+
+// Close ends the background refills, waits for them and removes this
+// instance's spares. Take hands out nothing after it. A nil set is fine.
+func (s *Spares) Close() error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.stop)
+	}
+	s.ready = map[string][]spare{}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return os.RemoveAll(s.dir)
 }
 
 // Take moves a spare of snap into dir (mem and disk.qcow2) and reports
@@ -130,12 +151,14 @@ func moveSpare(src, dst string) error {
 func (s *Spares) refill(snap Source) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.busy[snap.Dir] || len(s.ready[snap.Dir]) >= s.want {
+	if s.closed || s.busy[snap.Dir] || len(s.ready[snap.Dir]) >= s.want {
 		return
 	}
 	s.busy[snap.Dir] = true
 	s.evictLocked(snap.Dir)
+	s.wg.Add(1)
 	go func() {
+		defer s.wg.Done()
 		defer func() {
 			s.mu.Lock()
 			delete(s.busy, snap.Dir)
@@ -144,13 +167,17 @@ func (s *Spares) refill(snap Source) {
 		// The create that took a spare is still starting its guest: let
 		// it have the CPU and disk first, and stay in the background
 		// after (this goroutine's thread ends with it).
-		time.Sleep(spareDelay)
+		select {
+		case <-time.After(spareDelay):
+		case <-s.stop:
+			return
+		}
 		lowPriorityThread()
 		for {
 			s.mu.Lock()
-			n := len(s.ready[snap.Dir])
+			n, closed := len(s.ready[snap.Dir]), s.closed
 			s.mu.Unlock()
-			if n >= s.want {
+			if n >= s.want || closed {
 				return
 			}
 			s.work <- struct{}{}
@@ -161,7 +188,8 @@ func (s *Spares) refill(snap Source) {
 				return
 			}
 			s.mu.Lock()
-			_, wanted := s.used[snap.Dir] // else evicted meanwhile
+			_, wanted := s.used[snap.Dir] // else evicted or closed meanwhile
+			wanted = wanted && !s.closed
 			if wanted {
 				s.ready[snap.Dir] = append(s.ready[snap.Dir], sp)
 			}

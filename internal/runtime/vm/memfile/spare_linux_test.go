@@ -83,6 +83,37 @@ func TestSpares(t *testing.T) {
 	if _, err := os.Stat(s.dir); err != nil {
 		t.Fatal(err)
 	}
+	// Close ends a refill still waiting (a test's TempDir, a server's data
+	// dir must not get files after it) and removes this instance's spares.
+	spareDelay = time.Hour
+	if !s.Take(snap, box("d")) {
+		t.Fatal("no spare taken")
+	}
+	s.mu.Lock()
+	busy := s.busy[snap.Dir]
+	s.mu.Unlock()
+	if !busy {
+		t.Fatal("no refill started by the take")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the refill's delay")
+	}
+	if _, err := os.Stat(s.dir); !os.IsNotExist(err) {
+		t.Fatalf("spares left after Close: %v", err)
+	}
+	if s.Take(snap, box("e")) {
+		t.Fatal("a spare handed out after Close")
+	}
+	if _, err := os.Stat(s.dir); !os.IsNotExist(err) {
+		t.Fatalf("a refill ran after Close: %v", err)
+	}
 }
 
 // waitSpares waits until snap has n spares and no refill runs.
