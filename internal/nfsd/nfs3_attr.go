@@ -93,116 +93,90 @@ func (s *Server) setattr(c *call, w *xdr.Writer) bool {
 	return true
 }
 
-func (s *Server) access(c *call, w *xdr.Writer) bool {
+// postOpProc runs a procedure whose arguments are a handle and what
+// decode reads, and whose result is a status, the object's post_op_attr
+// and, on success, what rest writes (ACCESS, READLINK, FSSTAT, FSINFO,
+// PATHCONF). decode may be nil.
+func (s *Server) postOpProc(c *call, w *xdr.Writer, decode func(),
+	op func(ex *export.Export, fh []byte) (export.Attr, error), rest func()) bool {
 	fh, ex, ok := s.handleArg(c)
-	want := c.args.Uint32()
+	if decode != nil {
+		decode()
+	}
 	if !ok || c.args.Err() != nil {
 		return false
 	}
 	if ex == nil {
 		return badHandle(w, 1)
 	}
-	granted, a, err := ex.Access(c.cred, fh, want)
+	a, err := op(ex, fh)
 	w.Uint32(status(err))
 	if err != nil {
 		w.Bool(false)
 		return true
 	}
 	putPostOp(w, &a, ex.FSID())
-	w.Uint32(granted)
+	rest()
 	return true
+}
+
+func (s *Server) access(c *call, w *xdr.Writer) bool {
+	var want, granted uint32
+	return s.postOpProc(c, w, func() { want = c.args.Uint32() }, func(ex *export.Export, fh []byte) (a export.Attr, err error) {
+		granted, a, err = ex.Access(c.cred, fh, want)
+		return a, err
+	}, func() { w.Uint32(granted) })
 }
 
 func (s *Server) readlink(c *call, w *xdr.Writer) bool {
-	fh, ex, ok := s.handleArg(c)
-	if !ok {
-		return false
-	}
-	if ex == nil {
-		return badHandle(w, 1)
-	}
-	target, a, err := ex.Readlink(c.cred, fh)
-	w.Uint32(status(err))
-	if err != nil {
-		w.Bool(false)
-		return true
-	}
-	putPostOp(w, &a, ex.FSID())
-	w.String(target)
-	return true
+	var target string
+	return s.postOpProc(c, w, nil, func(ex *export.Export, fh []byte) (a export.Attr, err error) {
+		target, a, err = ex.Readlink(c.cred, fh)
+		return a, err
+	}, func() { w.String(target) })
 }
 
 func (s *Server) fsstat(c *call, w *xdr.Writer) bool {
-	fh, ex, ok := s.handleArg(c)
-	if !ok {
-		return false
-	}
-	if ex == nil {
-		return badHandle(w, 1)
-	}
-	st, a, err := ex.Fsstat(c.cred, fh)
-	w.Uint32(status(err))
-	if err != nil {
-		w.Bool(false)
-		return true
-	}
-	putPostOp(w, &a, ex.FSID())
-	bs := uint64(st.Bsize)
-	w.Uint64(st.Blocks * bs)
-	w.Uint64(st.Bfree * bs)
-	w.Uint64(st.Bavail * bs)
-	w.Uint64(st.Files)
-	w.Uint64(st.Ffree)
-	w.Uint64(st.Ffree)
-	w.Uint32(0) // invarsec: the volume is shared, nothing is invariant
-	return true
+	var st unix.Statfs_t
+	return s.postOpProc(c, w, nil, func(ex *export.Export, fh []byte) (a export.Attr, err error) {
+		st, a, err = ex.Fsstat(c.cred, fh)
+		return a, err
+	}, func() {
+		bs := uint64(st.Bsize)
+		w.Uint64(st.Blocks * bs)
+		w.Uint64(st.Bfree * bs)
+		w.Uint64(st.Bavail * bs)
+		w.Uint64(st.Files)
+		w.Uint64(st.Ffree)
+		w.Uint64(st.Ffree)
+		w.Uint32(0) // invarsec: the volume is shared, nothing is invariant
+	})
+}
+
+// getattrOf is the op of the procedures that only need the attributes.
+func getattrOf(c *call) func(*export.Export, []byte) (export.Attr, error) {
+	return func(ex *export.Export, fh []byte) (export.Attr, error) { return ex.Getattr(c.cred, fh) }
 }
 
 func (s *Server) fsinfo(c *call, w *xdr.Writer) bool {
-	fh, ex, ok := s.handleArg(c)
-	if !ok {
-		return false
-	}
-	if ex == nil {
-		return badHandle(w, 1)
-	}
-	a, err := ex.Getattr(c.cred, fh)
-	w.Uint32(status(err))
-	if err != nil {
-		w.Bool(false)
-		return true
-	}
-	putPostOp(w, &a, ex.FSID())
-	for _, v := range []uint32{maxIO, maxIO, 4096, maxIO, maxIO, 4096, 64 << 10} { // rt max/pref/mult, wt max/pref/mult, dtpref
-		w.Uint32(v)
-	}
-	w.Uint64(1 << 44) // maxfilesize: ext4's 16 TiB
-	w.Uint32(0)       // time_delta: 1 ns
-	w.Uint32(1)
-	w.Uint32(0x1 | 0x2 | 0x8 | 0x10) // FSF3_LINK, SYMLINK, HOMOGENEOUS, CANSETTIME
-	return true
+	return s.postOpProc(c, w, nil, getattrOf(c), func() {
+		for _, v := range []uint32{maxIO, maxIO, 4096, maxIO, maxIO, 4096, 64 << 10} { // rt max/pref/mult, wt max/pref/mult, dtpref
+			w.Uint32(v)
+		}
+		w.Uint64(1 << 44) // maxfilesize: ext4's 16 TiB
+		w.Uint32(0)       // time_delta: 1 ns
+		w.Uint32(1)
+		w.Uint32(0x1 | 0x2 | 0x8 | 0x10) // FSF3_LINK, SYMLINK, HOMOGENEOUS, CANSETTIME
+	})
 }
 
 func (s *Server) pathconf(c *call, w *xdr.Writer) bool {
-	fh, ex, ok := s.handleArg(c)
-	if !ok {
-		return false
-	}
-	if ex == nil {
-		return badHandle(w, 1)
-	}
-	a, err := ex.Getattr(c.cred, fh)
-	w.Uint32(status(err))
-	if err != nil {
-		w.Bool(false)
-		return true
-	}
-	putPostOp(w, &a, ex.FSID())
-	w.Uint32(65000)   // linkmax (ext4)
-	w.Uint32(maxName) // name_max
-	w.Bool(true)      // no_trunc
-	w.Bool(true)      // chown_restricted
-	w.Bool(false)     // case_insensitive
-	w.Bool(true)      // case_preserving
-	return true
+	return s.postOpProc(c, w, nil, getattrOf(c), func() {
+		w.Uint32(65000)   // linkmax (ext4)
+		w.Uint32(maxName) // name_max
+		w.Bool(true)      // no_trunc
+		w.Bool(true)      // chown_restricted
+		w.Bool(false)     // case_insensitive
+		w.Bool(true)      // case_preserving
+	})
 }

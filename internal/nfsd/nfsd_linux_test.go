@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -297,5 +298,71 @@ func TestUnprivilegedPortRefused(t *testing.T) {
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := conn.Read(make([]byte, 1)); err == nil || n > 0 {
 		t.Errorf("the server kept a connection from an unprivileged port (%d, %v)", n, err)
+	}
+}
+
+// TestPostOpProcs: ACCESS, READLINK, FSSTAT, FSINFO and PATHCONF answer
+// a status, the object's attributes and their own body, and a handle of
+// no export BADHANDLE with absent attributes.
+func TestPostOpProcs(t *testing.T) {
+	dir := testDir(t)
+	if err := os.Symlink("target/x", filepath.Join(dir, "l")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(filepath.Join(dir, "l"), 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	c := serve(t, dir)
+	root := c.mount("/v0")
+	_, link, _ := c.lookup(root, "l")
+	bad := append([]byte(nil), root...)
+	bad[0] ^= 0xff
+	cases := []struct {
+		name string
+		proc uint32
+		fh   []byte
+		arg  func(w *xdr.Writer)
+		body func(r *xdr.Reader) string // what it read, for the error
+		want string
+	}{
+		{"access", 4, root, func(w *xdr.Writer) { w.Uint32(0x3f) }, func(r *xdr.Reader) string {
+			return strconv.FormatUint(uint64(r.Uint32()&0x1), 10) // ACCESS3_READ granted to the owner
+		}, "1"},
+		{"readlink", 5, link, nil, func(r *xdr.Reader) string { return r.String(4096) }, "target/x"},
+		{"fsstat", 18, root, nil, func(r *xdr.Reader) string {
+			total, free := r.Uint64(), r.Uint64()
+			return strconv.FormatBool(total > 0 && free <= total)
+		}, "true"},
+		{"fsinfo", 19, root, nil, func(r *xdr.Reader) string { return strconv.FormatUint(uint64(r.Uint32()), 10) }, strconv.Itoa(maxIO)},
+		{"pathconf", 20, root, nil, func(r *xdr.Reader) string {
+			r.Uint32()
+			return strconv.FormatUint(uint64(r.Uint32()), 10)
+		}, strconv.Itoa(maxName)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := func(fh []byte) func(w *xdr.Writer) {
+				return func(w *xdr.Writer) {
+					w.Opaque(fh)
+					if tc.arg != nil {
+						tc.arg(w)
+					}
+				}
+			}
+			st, r := c.nfs(tc.proc, args(tc.fh))
+			if st != nfsOK {
+				t.Fatalf("status %d", st)
+			}
+			if a := skipPostOp(r); a == nil || a.uid != 1000 {
+				t.Fatalf("attributes %+v, want the object's", a)
+			}
+			if got := tc.body(r); got != tc.want || r.Err() != nil {
+				t.Fatalf("body %q (%v), want %q", got, r.Err(), tc.want)
+			}
+			st, r = c.nfs(tc.proc, args(bad))
+			if st != nfsErrBadHandle || r.Bool() {
+				t.Fatalf("bad handle: status %d, want BADHANDLE and no attributes", st)
+			}
+		})
 	}
 }

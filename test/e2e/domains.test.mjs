@@ -28,7 +28,7 @@ import path from 'node:path'
 
 import { Sandbox } from 'e2b'
 
-import { useServer, createSandbox, run, sleep, template, simulatedUplink } from './harness.mjs'
+import { useServer, createSandbox, run, sleep, template, simulatedUplink, zoneDnsPy } from './harness.mjs'
 
 const NS = 'mtdn-uplink'
 const HOST_IF = 'mtdn0'
@@ -118,28 +118,12 @@ def plain():
     s = listen(${PLAIN_PORT})
     while True:
         c, _ = s.accept(); c.sendall(b'hello'); c.close()
-def answer(q):
-    i, labels = 12, []
-    while q[i]:
-        labels.append(q[i+1:i+1+q[i]].decode()); i += 1 + q[i]
-    qtype = struct.unpack('!H', q[i+1:i+3])[0]
-    name = '.'.join(labels).lower()
+${zoneDnsPy}
+def on_query(name, q):
     qlog.write(name + '\\n')
     rawlog.write(q.hex() + '\\n')
-    question = q[12:i+5]
-    addr = zone.get(name)
-    if addr is None:
-        return q[:2] + b'\\x81\\x83' + b'\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00' + question
-    ans = b''
-    if qtype == 1:
-        ans = b'\\xc0\\x0c\\x00\\x01\\x00\\x01' + struct.pack('!IH', 300, 4) + socket.inet_aton(addr)
-    return q[:2] + b'\\x81\\x80' + struct.pack('!HHHH', 1, 1 if ans else 0, 0, 0) + question + ans
-def dns():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('${DNS}', 53))
-    while True:
-        q, a = s.recvfrom(4096)
-        try: s.sendto(answer(q), a)
-        except Exception: pass
+def answer(q): return dns_answer(q, zone, on_query)
+def dns(): dns_udp_server('${DNS}', zone, on_query)
 def dns_tcp():
     s = listen(53)
     while True:

@@ -457,3 +457,32 @@ export async function simulatedUplink({ ns, hostIf, host, gw, neighbours = [], i
   await sleep(2000) // the server's host network watcher sees the uplink
   return { ip: ipCmd, teardown }
 }
+
+// zoneDnsPy is Python for a simulated internet's server script: an
+// authoritative answer from a zone {name: IPv4} (NXDOMAIN for names it
+// lacks, A records only), and a UDP server of it on ip:53. onQuery(name,
+// q), when given, sees every query first.
+export const zoneDnsPy = `
+import socket, struct
+def dns_answer(q, zone, on_query=None):
+    i, labels = 12, []
+    while q[i]:
+        labels.append(q[i+1:i+1+q[i]].decode()); i += 1 + q[i]
+    qtype = struct.unpack('!H', q[i+1:i+3])[0]
+    name = '.'.join(labels).lower()
+    if on_query: on_query(name, q)
+    question = q[12:i+5]
+    addr = zone.get(name)
+    if addr is None:
+        return q[:2] + b'\\x81\\x83' + b'\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00' + question
+    ans = b''
+    if qtype == 1:
+        ans = b'\\xc0\\x0c\\x00\\x01\\x00\\x01' + struct.pack('!IH', 300, 4) + socket.inet_aton(addr)
+    return q[:2] + b'\\x81\\x80' + struct.pack('!HHHH', 1, 1 if ans else 0, 0, 0) + question + ans
+def dns_udp_server(ip, zone, on_query=None):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((ip, 53))
+    while True:
+        q, a = s.recvfrom(4096)
+        try: s.sendto(dns_answer(q, zone, on_query), a)
+        except Exception: pass
+`

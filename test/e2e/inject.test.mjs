@@ -40,7 +40,7 @@ import path from 'node:path'
 
 import { Sandbox, Secret } from 'e2b'
 
-import { useServer, createSandbox, run, sleep, within, template, simulatedUplink } from './harness.mjs'
+import { useServer, createSandbox, run, sleep, within, template, simulatedUplink, zoneDnsPy } from './harness.mjs'
 
 const NS = 'mtij-uplink'
 const HOST_IF = 'mtij0'
@@ -115,26 +115,8 @@ def https():
     s.serve_forever()
 def plain():
     s = S(('0.0.0.0', 80), H); s.scheme = 'http'; s.serve_forever()
-def answer(q):
-    i, labels = 12, []
-    while q[i]:
-        labels.append(q[i+1:i+1+q[i]].decode()); i += 1 + q[i]
-    qtype = struct.unpack('!H', q[i+1:i+3])[0]
-    name = '.'.join(labels).lower()
-    question = q[12:i+5]
-    addr = zone.get(name)
-    if addr is None:
-        return q[:2] + b'\\x81\\x83' + b'\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00' + question
-    ans = b''
-    if qtype == 1:
-        ans = b'\\xc0\\x0c\\x00\\x01\\x00\\x01' + struct.pack('!IH', 300, 4) + socket.inet_aton(addr)
-    return q[:2] + b'\\x81\\x80' + struct.pack('!HHHH', 1, 1 if ans else 0, 0, 0) + question + ans
-def dns():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((dns_ip, 53))
-    while True:
-        q, a = s.recvfrom(4096)
-        try: s.sendto(answer(q), a)
-        except Exception: pass
+${zoneDnsPy}
+def dns(): dns_udp_server(dns_ip, zone)
 for fn in (https, plain, dns):
     threading.Thread(target=fn, daemon=True).start()
 print('ready', flush=True)
