@@ -8,7 +8,10 @@
 // Every host object is named after the sandbox ID so that Recover can find
 // leftovers after a crash:
 //
-//	netns       /run/netns/<netns prefix><id>       (default "moat-<id>")
+//	netns       /run/netns/<netns prefix><id>       (default "moat-<id>"); New
+//	            first makes /run/netns a shared mount point, as `ip netns
+//	            add` does, so that a later `ip netns add` cannot hide the
+//	            namespaces under a bind of its own (netnsdir_linux.go)
 //	host veth   <if prefix><id[:12]>                (default "mh…"); peer "eth0" in the netns
 //	addresses   one /30 of the subnet (default 10.200.0.0/16): .1 host, .2 sandbox;
 //	            IPv6 (when the host has it): the same two addresses mapped

@@ -67,6 +67,9 @@ func New(log *slog.Logger, opts ...Option) (*Manager, error) {
 	if !m.v6 {
 		m.log.Info("the host has no IPv6: sandboxes get IPv4 only")
 	}
+	if err := sharedMountDir(netnsDir); err != nil {
+		return nil, fmt.Errorf("netpolicy: %s: %w", netnsDir, err)
+	}
 	deny, err := m.computeDeny()
 	if err != nil {
 		return nil, fmt.Errorf("netpolicy: %w", err)
@@ -459,8 +462,11 @@ func onThread(enter, fn func() error) error {
 }
 
 // deleteNetns unmounts and removes a named netns; absent is fine.
-func deleteNetns(name string) error {
-	p := filepath.Join(netnsDir, name)
+func deleteNetns(name string) error { return removeMountFile(filepath.Join(netnsDir, name)) }
+
+// removeMountFile unmounts what is mounted on file p and removes it;
+// absent is fine.
+func removeMountFile(p string) error {
 	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmount %s: %w", p, err)
 	}
