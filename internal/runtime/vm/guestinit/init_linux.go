@@ -33,6 +33,7 @@ func Main() {
 	}
 	go watchRestores()
 	go watchResizes(cmdline()[ArgRoot])
+	limitUserTasks()
 	superviseEnvd(cmdline()[ArgEnvd])
 }
 
