@@ -126,18 +126,9 @@ func TestErrorKindsEverywhere(t *testing.T) {
 
 			stub.set(hostErr(kind))
 			dir := filepath.Join(home, "k"+strconv.Itoa(i))
-			req, _ := http.NewRequest("POST", front+"/files?path="+url.QueryEscape(filepath.Join(dir, "f")), strings.NewReader("x"))
-			req.Header.Set("Content-Type", "application/octet-stream")
-			req.Header.Set(proxy.HeaderSandboxID, "iwalk")
-			req.Header.Set(proxy.HeaderSandboxPort, strconv.Itoa(port))
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(res.Body)
-			res.Body.Close()
+			code, body := proxied(t, front, port, "POST", "/files?path="+url.QueryEscape(filepath.Join(dir, "f")))
 			// The one public part is the sandbox path the client sent.
-			checkErrBody(t, "envd /files", res.StatusCode, body, status, "chown directory '"+dir+"'")
+			checkErrBody(t, "envd /files", code, body, status, "chown directory '"+dir+"'")
 			if leakRE.Match(bytes.ReplaceAll(body, []byte(dir), nil)) {
 				t.Fatalf("envd /files leaks: %s", body)
 			}
@@ -148,7 +139,7 @@ func TestErrorKindsEverywhere(t *testing.T) {
 			creq := connect.NewRequest(&process.ListRequest{})
 			creq.Header().Set(proxy.HeaderSandboxID, "iwalk")
 			creq.Header().Set(proxy.HeaderSandboxPort, strconv.Itoa(port))
-			_, err = pc.List(context.Background(), creq)
+			_, err := pc.List(context.Background(), creq)
 			want := connect.CodeOf(errconnect.ToConnect(kind))
 			if got := connect.CodeOf(err); got != want {
 				t.Fatalf("Connect: code %v, want %v (%v)", got, want, err)
@@ -211,17 +202,8 @@ func TestErrorBodiesHideHostDetails(t *testing.T) {
 	stub := &envdStub{}
 	front, port, _ := startEnvd(t, stub)
 	envdReq := func(what, method, path, user string) {
-		req, _ := http.NewRequest(method, front+path, strings.NewReader("x"))
-		req.Header.Set("Content-Type", "application/octet-stream")
-		req.Header.Set(proxy.HeaderSandboxID, "iwalk")
-		req.Header.Set(proxy.HeaderSandboxPort, strconv.Itoa(port))
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		keep(what, res.StatusCode, b)
+		code, b := proxied(t, front, port, method, path)
+		keep(what, code, b)
 	}
 	envdReq("download of a missing file", "GET", "/files?path=/nonexistent/f", "")
 	envdReq("upload under a file", "POST", "/files?path=/dev/null/x", "")
@@ -239,16 +221,8 @@ func TestErrorBodiesHideHostDetails(t *testing.T) {
 	}))
 	t.Cleanup(drop.Close)
 	for what, p := range map[string]int{"closed port": closedPort, "dropped connection": drop.Listener.Addr().(*net.TCPAddr).Port} {
-		req, _ := http.NewRequest("GET", front+"/", nil)
-		req.Header.Set(proxy.HeaderSandboxID, "iwalk")
-		req.Header.Set(proxy.HeaderSandboxPort, strconv.Itoa(p))
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		keep("proxy "+what, res.StatusCode, b)
+		code, b := proxied(t, front, p, "GET", "/")
+		keep("proxy "+what, code, b)
 	}
 
 	for _, b := range bodies {
@@ -258,4 +232,21 @@ func TestErrorBodiesHideHostDetails(t *testing.T) {
 			t.Logf("%s: %s", b[0], b[1])
 		}
 	}
+}
+
+// proxied sends method path (body "x", as an upload) through the proxy at
+// front to port of sandbox "iwalk" and returns the status and body.
+func proxied(t *testing.T, front string, port int, method, path string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, front+path, strings.NewReader("x"))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set(proxy.HeaderSandboxID, "iwalk")
+	req.Header.Set(proxy.HeaderSandboxPort, strconv.Itoa(port))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, b
 }
