@@ -58,9 +58,8 @@ type Spares struct {
 	work  chan struct{}        // one refill at a time, whatever the snapshot
 	stamp func(string) (fileStamp, error)
 
-	closed bool           // guarded by mu; Close was called
-	stop   chan struct{}  // closed by Close: refills end
-	wg     sync.WaitGroup // the refill goroutines
+	stop chan struct{}  // closed by Close (under mu): refills end
+	wg   sync.WaitGroup // the refill goroutines
 }
 
 // spare is one made spare.
@@ -94,14 +93,23 @@ func (s *Spares) Close() error {
 		return nil
 	}
 	s.mu.Lock()
-	if !s.closed {
-		s.closed = true
+	if !s.closedLocked() {
 		close(s.stop)
 	}
 	s.ready = map[string][]spare{}
 	s.mu.Unlock()
 	s.wg.Wait()
 	return os.RemoveAll(s.dir)
+}
+
+// closedLocked reports whether Close was called. s.mu is held.
+func (s *Spares) closedLocked() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // Take moves a spare of snap into dir (mem and disk.qcow2) and reports
@@ -151,7 +159,7 @@ func moveSpare(src, dst string) error {
 func (s *Spares) refill(snap Source) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.busy[snap.Dir] || len(s.ready[snap.Dir]) >= s.want {
+	if s.closedLocked() || s.busy[snap.Dir] || len(s.ready[snap.Dir]) >= s.want {
 		return
 	}
 	s.busy[snap.Dir] = true
@@ -175,7 +183,7 @@ func (s *Spares) refill(snap Source) {
 		lowPriorityThread()
 		for {
 			s.mu.Lock()
-			n, closed := len(s.ready[snap.Dir]), s.closed
+			n, closed := len(s.ready[snap.Dir]), s.closedLocked()
 			s.mu.Unlock()
 			if n >= s.want || closed {
 				return
@@ -189,7 +197,7 @@ func (s *Spares) refill(snap Source) {
 			}
 			s.mu.Lock()
 			_, wanted := s.used[snap.Dir] // else evicted or closed meanwhile
-			wanted = wanted && !s.closed
+			wanted = wanted && !s.closedLocked()
 			if wanted {
 				s.ready[snap.Dir] = append(s.ready[snap.Dir], sp)
 			}
