@@ -1,13 +1,14 @@
 package netpolicy
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moatsh/moat/internal/mountinfo"
 )
 
 // sharedMountDir makes dir a mount point of its own with shared
@@ -49,17 +50,12 @@ func sharedMountDir(dir string) error {
 
 // mountsBelow counts the mounts of this mount namespace under dir.
 func mountsBelow(dir string) (int, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
+	points, err := mountinfo.Points()
 	n, prefix := 0, strings.TrimSuffix(dir, "/")+"/"
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fs := strings.Fields(sc.Text()); len(fs) > 4 && strings.HasPrefix(fs[4], prefix) {
+	for _, mp := range points {
+		if strings.HasPrefix(mp, prefix) {
 			n++
 		}
 	}
-	return n, sc.Err()
+	return n, err
 }

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moatsh/moat/internal/mountinfo"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/container/hostfs"
 )
@@ -138,7 +139,7 @@ func hostDevices(t *testing.T, sandboxDir string) map[uint64]string {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		mp := hostfs.UnescapeMount(fields[4])
+		mp := mountinfo.Unescape(fields[4])
 		if mp == sandboxDir || strings.HasPrefix(mp, sandboxDir+"/") {
 			continue
 		}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moatsh/moat/internal/mountinfo"
 )
 
 // SwapDirs moves the directory src to dst. When dst exists the two are
@@ -62,24 +64,17 @@ func RemoveTree(dir string) error {
 
 // mountsUnder lists mount points at or below dir, in mount order.
 func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	points, err := mountinfo.Points()
 	if err != nil {
-		return nil, fmt.Errorf("read mounts: %w", err)
+		return nil, err
 	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
+	for _, mp := range points {
 		if mp == dir || strings.HasPrefix(mp, dir+"/") {
 			out = append(out, mp)
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // InUseAsLowerdir reports whether a running sandbox uses the tree at dir:
@@ -124,7 +119,7 @@ func IsMountRoot(dir string) (bool, error) {
 		if len(fields) < 5 || fields[2] != dev {
 			continue
 		}
-		mp := unescapeMount(fields[4])
+		mp := mountinfo.Unescape(fields[4])
 		var m unix.Stat_t
 		if mp != dir && unix.Stat(mp, &m) == nil && m.Dev == st.Dev && m.Ino == st.Ino {
 			return true, nil
@@ -149,33 +144,13 @@ func hasLowerdir(r io.Reader, dir string) (bool, error) {
 				continue
 			}
 			for l := range strings.SplitSeq(lower, ":") {
-				if filepath.Clean(unescapeMount(l)) == dir {
+				if filepath.Clean(mountinfo.Unescape(l)) == dir {
 					return true, nil
 				}
 			}
 		}
 	}
 	return false, sc.Err()
-}
-
-// unescapeMount undoes the octal escapes (\040 for space, ...) of mountinfo.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
-				b.WriteByte(c)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // LockFile takes an exclusive flock on path and returns its release.

@@ -32,19 +32,6 @@ func TestHasLowerdir(t *testing.T) {
 	}
 }
 
-func TestUnescapeMount(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{`/a\040b`, "/a b"},
-		{`/plain`, "/plain"},
-		{`/tab\011x`, "/tab\tx"},
-	}
-	for _, tt := range tests {
-		if got := unescapeMount(tt.in); got != tt.want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 // TestIsMountRoot: a bind mount of a tree (as the container runtime's
 // idmapped view of a template is) keeps the tree in use after it was
 // renamed, until the mount goes.

@@ -1,17 +1,17 @@
 package hostfs
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/moatsh/moat/internal/idmap"
+	"github.com/moatsh/moat/internal/mountinfo"
 	"github.com/moatsh/moat/internal/netpolicy"
 )
 
@@ -131,22 +131,6 @@ func RemoveDir(dir string) error {
 
 // isMountPoint reports whether p is a mount point in /proc/self/mountinfo.
 func isMountPoint(p string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && UnescapeMount(fields[4]) == p {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
-}
-
-// UnescapeMount decodes a mount point field of /proc/*/mountinfo.
-func UnescapeMount(s string) string {
-	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+	points, err := mountinfo.Points()
+	return slices.Contains(points, p), err
 }
