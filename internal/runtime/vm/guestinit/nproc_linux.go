@@ -1,14 +1,6 @@
 package guestinit
 
-import (
-	"bufio"
-	"io"
-	"os"
-	"strconv"
-	"strings"
-
-	"golang.org/x/sys/unix"
-)
+import "golang.org/x/sys/unix"
 
 // limitUserTasks sets RLIMIT_NPROC, which envd and everything it starts
 // inherit, to userTasks of the guest's memory. The kernel's default
@@ -19,32 +11,22 @@ import (
 // other account stops at the limit with memory to spare. A bomb run as
 // root is not held back (docs/threat-model.md), as in a container.
 func limitUserTasks() {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
 		return
 	}
-	defer f.Close()
-	if n := userTasks(f); n > 0 {
+	if n := userTasks(uint64(si.Totalram) * uint64(si.Unit)); n > 0 {
 		_ = unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n})
 	}
 }
 
-// userTasks is the task limit for a guest whose /proc/meminfo is r: one
-// task (process or thread) per MiB of memory, at least 64; 0 when
-// MemTotal is missing. A sleeping shell costs well under half a MiB, so
+// userTasks is the task limit for a guest of memBytes of memory (MemTotal):
+// one task (process or thread) per MiB, at least 64; 0 (no limit set) when
+// the memory is unknown. A sleeping shell costs well under half a MiB, so
 // that many stay within memory.
-func userTasks(r io.Reader) uint64 {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 2 || f[0] != "MemTotal:" {
-			continue
-		}
-		kib, err := strconv.ParseUint(f[1], 10, 64)
-		if err != nil {
-			return 0
-		}
-		return max(kib>>10, 64)
+func userTasks(memBytes uint64) uint64 {
+	if memBytes == 0 {
+		return 0
 	}
-	return 0
+	return max(memBytes>>20, 64)
 }

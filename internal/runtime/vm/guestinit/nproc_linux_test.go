@@ -1,24 +1,18 @@
 package guestinit
 
-import (
-	"strings"
-	"testing"
-)
+import "testing"
 
 func TestUserTasks(t *testing.T) {
 	for _, tc := range []struct {
-		meminfo string
-		want    uint64
+		memBytes, want uint64
 	}{
-		{"MemTotal:         502516 kB\nMemFree: 1 kB\n", 490},
-		{"MemFree: 1 kB\nMemTotal: 2097152 kB\n", 2048},
-		{"MemTotal: 10240 kB\n", 64}, // at least 64
-		{"MemFree: 1 kB\n", 0},       // no MemTotal: no limit set
-		{"MemTotal: lots kB\n", 0},
-		{"", 0},
+		{502516 << 10, 490},
+		{2 << 30, 2048},
+		{10 << 20, 64}, // at least 64
+		{0, 0},         // unknown: no limit set
 	} {
-		if got := userTasks(strings.NewReader(tc.meminfo)); got != tc.want {
-			t.Errorf("userTasks(%q) = %d, want %d", tc.meminfo, got, tc.want)
+		if got := userTasks(tc.memBytes); got != tc.want {
+			t.Errorf("userTasks(%d) = %d, want %d", tc.memBytes, got, tc.want)
 		}
 	}
 }
