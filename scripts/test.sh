@@ -129,14 +129,14 @@ if [ "${MOAT_TEST_SKIP_BENCH:-0}" != 1 ]; then
     failed+=("pause benchmark")
   log "benchmark: microVM create→first command with and without the QEMU jail (moat bench --vm-jail)"
   bin/moat bench --vm-jail -n "${MOAT_BENCH_JAIL_ROUNDS:-5}" --data-dir "$MOAT_DATA_DIR" 2>&1 |
-    grep -v 'level=' || failed+=("jail benchmark")
+    grep -v -E 'level=(INFO|DEBUG)' || failed+=("jail benchmark")
   log "benchmark: template build cold vs fully cached vs last step changed (moat bench --template-build)"
-  bin/moat bench --template-build --data-dir "$MOAT_DATA_DIR" 2>&1 | grep -v 'level=' || failed+=("template build benchmark")
+  bin/moat bench --template-build --data-dir "$MOAT_DATA_DIR" 2>&1 | grep -v -E 'level=(INFO|DEBUG)' || failed+=("template build benchmark")
   log "benchmark: container create→first command unpooled, pooled, vs bare crun; 20 creates at once (moat bench --start)"
-  bin/moat bench --start -n "${MOAT_BENCH_START_ROUNDS:-10}" --data-dir "$MOAT_DATA_DIR" 2>&1 | grep -v 'level=' || failed+=("start benchmark")
+  bin/moat bench --start -n "${MOAT_BENCH_START_ROUNDS:-10}" --data-dir "$MOAT_DATA_DIR" 2>&1 | grep -v -E 'level=(INFO|DEBUG)' || failed+=("start benchmark")
   log "benchmark: microVM create→first command unpooled, pooled, vs a cold boot and a raw QEMU restore (moat bench --start --runtime vm)"
   bin/moat bench --start --runtime vm -n "${MOAT_BENCH_START_VM_ROUNDS:-10}" --data-dir "$MOAT_DATA_DIR" 2>&1 |
-    grep -v 'level=' || failed+=("microVM start benchmark")
+    grep -v -E 'level=(INFO|DEBUG)' || failed+=("microVM start benchmark")
   log "measurement: sandbox death → reported gone (SIGKILL of a container's init and of a microVM's QEMU; ~15 s)"
   go test ./internal/runtime/runtimetest/ -run 'TestContainerDeath|TestVM/OrchestratorReportsDeath' -count=1 -v -timeout 10m 2>&1 |
     grep -E 'death-to-gone|^(--- FAIL|FAIL)' || failed+=("death measurement")
@@ -149,7 +149,7 @@ fi
 # anything left on the host after the kill; the memory figures are printed.
 if [ "${MOAT_TEST_SKIP_DENSITY:-0}" != 1 ]; then
   log "density: 200 containers and 50 microVMs (256 MiB) at once, host memory per idle sandbox, no leftovers (moat bench --density)"
-  bin/moat bench --density --data-dir "$MOAT_DATA_DIR" 2>&1 | grep -v 'level=' || failed+=("density test")
+  bin/moat bench --density --data-dir "$MOAT_DATA_DIR" 2>&1 | grep -v -E 'level=(INFO|DEBUG)' || failed+=("density test")
 fi
 
 # The same suites run once per runtime: containers (crun/runc), then microVMs

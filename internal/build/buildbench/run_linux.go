@@ -59,7 +59,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
-	log := slog.New(slog.DiscardHandler)
+	// Warnings go to stderr: a failed round's cause must be on record.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rootfs := template.Layout{DataDir: cfg.DataDir}.RootfsDir("base")
 	reg, err := ocireg.Start("", "")
 	if err != nil {
@@ -206,7 +207,7 @@ func (e *env) build(ctx context.Context, spec build.Spec, wantCached int) (time.
 			return 0, err
 		}
 		if got.Status == store.BuildError {
-			return 0, fmt.Errorf("build failed at step %s: %s", got.ReasonStep, got.Reason)
+			return 0, fmt.Errorf("build failed at step %s: %s; its log:\n%s", got.ReasonStep, got.Reason, e.logTail(b.ID, 20))
 		}
 		if got.Status == store.BuildReady {
 			break
@@ -231,4 +232,14 @@ func (e *env) build(ctx context.Context, spec build.Spec, wantCached int) (time.
 		return 0, fmt.Errorf("%d steps were cached, want %d", n, wantCached)
 	}
 	return d, nil
+}
+
+// logTail is the last n lines of build id's log, for an error.
+func (e *env) logTail(id string, n int) string {
+	var b strings.Builder
+	lines := e.m.Logs(id, 0)
+	for _, l := range lines[max(len(lines)-n, 0):] {
+		fmt.Fprintf(&b, "  %s %-5s %s %s\n", l.Time.Format("15:04:05.000"), l.Level, l.Step, l.Message)
+	}
+	return b.String()
 }

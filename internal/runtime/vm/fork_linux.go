@@ -10,6 +10,7 @@ import (
 
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/qmp"
+	"github.com/moatsh/moat/internal/runtime/vm/freeze"
 	"github.com/moatsh/moat/internal/runtime/vm/memfile"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
@@ -68,7 +69,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id, snapID string) (retErr error
 	start := time.Now()
 	data, err := r.copyStopped(ctx, c, b.proc.Con, dir, tmp)
 	stopped := time.Since(start)
-	if terr := r.thaw(ctx, c, b.proc.Con, true); terr != nil {
+	if terr := freeze.Thaw(ctx, c, b.proc.Con, r.o.readyTimeout, true); terr != nil {
 		err = errors.Join(err, fmt.Errorf("continue sandbox: %w", terr))
 	}
 	if err != nil {
@@ -87,7 +88,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id, snapID string) (retErr error
 // disk into dst. The copies need not be durable yet: they do not change
 // once the guest runs again.
 func (r *Runtime) copyStopped(ctx context.Context, c *qmp.Client, con *qemu.Console, dir, dst string) (int64, error) {
-	if err := r.freeze(ctx, c, con, filepath.Join(dst, "state"), &pauseTimes{}); err != nil {
+	if err := freeze.Freeze(ctx, c, con, filepath.Join(dst, "state"), r.o.readyTimeout, nil); err != nil {
 		return 0, err
 	}
 	n, err := sparse.Copy(filepath.Join(dir, "mem"), filepath.Join(dst, "mem"))

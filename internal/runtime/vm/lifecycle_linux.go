@@ -256,6 +256,7 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 	b := r.boxes.Get(id)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	r.finishTeardown(ctx, id, b)
 	if !b.created {
 		r.pushAll(ctx, id, b)
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/cleanup"
 	"github.com/moatsh/moat/internal/errdefs"
-	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/vm/freeze"
 	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
 	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 	"github.com/moatsh/moat/internal/runtime/vm/launch"
@@ -21,18 +21,7 @@ import (
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 )
 
-// A sandbox paused to disk is its directory: mem (guest RAM, which QEMU maps
-// shared, so it is always current), disk.qcow2, meta.json and state, the
-// device state saved with x-ignore-shared while the guest was stopped.
-// state exists exactly while mem and state belong together, so it decides
-// after a crash whether a sandbox is paused (see Recover):
-//
-//	pause:  stop → state.tmp → fdatasync mem, disk, state.tmp → rename to state → fsync dir → quit QEMU
-//	resume: start QEMU → load state → remove state, fsync dir → cont
-//
-// Before the rename a crash leaves a stopped QEMU that Recover continues;
-// after it, a paused sandbox. Resume removes state before the guest runs
-// again, so a crash after that leaves a running VM, before it a paused one.
+// The file protocol of a pause is package freeze's.
 
 // Features implements runtime.Runtime: pauses go to disk.
 func (r *Runtime) Features() runtime.Features { return runtime.Features{PauseToDisk: true} }
@@ -91,124 +80,84 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
-	var pt pauseTimes
-	pt.start = time.Now()
-	if err := r.savePaused(ctx, c, b.proc.Con, dir, &pt); err != nil {
+	var pt freeze.Times
+	pt.Start = time.Now()
+	if err := freeze.Save(ctx, c, b.proc.Con, dir, r.o.readyTimeout, &pt); err != nil {
 		_ = os.Remove(filepath.Join(dir, "state.tmp"))
-		if terr := r.thaw(ctx, c, b.proc.Con, false); terr != nil {
+		if terr := freeze.Thaw(ctx, c, b.proc.Con, r.o.readyTimeout, false); terr != nil {
 			err = errors.Join(err, fmt.Errorf("continue after the failed pause: %w", terr))
 		}
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
-	pt.committed = time.Now()
+	pt.Committed = time.Now()
 	// The pause is complete: what fails from here on is left for Kill,
 	// which removes everything by name.
 	if err := r.release(ctx, id, b, &pt); err != nil {
 		r.log.WarnContext(ctx, "sandbox paused; cleanup incomplete", "sandbox", id, "err", err)
 	}
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		r.finishTeardown(ctx, id, b)
+	}()
 	b.paused = true
-	b.pauseWritten = pt.written
+	b.pauseWritten = pt.Written
 	b.handle = &runtime.Handle{ID: id, Runtime: Name, Paused: true}
 	ms := func(a, b time.Time) time.Duration { return b.Sub(a).Round(time.Millisecond) }
-	r.log.InfoContext(ctx, "sandbox paused", "sandbox", id, "took", time.Since(pt.start).Round(time.Millisecond),
-		"link_down", ms(pt.start, pt.linkDown), "save", ms(pt.linkDown, pt.saved), "sync", ms(pt.saved, pt.synced),
-		"commit", ms(pt.synced, pt.committed), "quit", ms(pt.committed, pt.quit), "teardown", time.Since(pt.quit).Round(time.Millisecond),
-		"written_kib", pt.written>>10)
+	r.log.InfoContext(ctx, "sandbox paused", "sandbox", id, "took", time.Since(pt.Start).Round(time.Millisecond),
+		"link_down", ms(pt.Start, pt.LinkDown), "save", ms(pt.LinkDown, pt.Saved), "sync", ms(pt.Saved, pt.Synced),
+		"commit", ms(pt.Synced, pt.Committed), "quit", ms(pt.Committed, pt.Quit), "written_kib", pt.Written>>10)
 	return nil
 }
 
-// pauseTimes are the milestones of a pause, for the log, and the bytes it
-// wrote (memory pages dirty when it synced, the state file).
-type pauseTimes struct {
-	start, linkDown, saved, synced, committed, quit time.Time
-	written                                         int64
-}
-
-// savePaused freezes the guest into dir/state (see the file comment); on
-// error dir/state does not exist and QEMU still runs, stopped.
-func (r *Runtime) savePaused(ctx context.Context, c *qmp.Client, con *qemu.Console, dir string, pt *pauseTimes) error {
-	tmp, state := filepath.Join(dir, "state.tmp"), filepath.Join(dir, "state")
-	if err := r.freeze(ctx, c, con, tmp, pt); err != nil {
-		return err
-	}
-	pt.saved = time.Now()
-	pt.written = memfile.UnsyncedBytes(filepath.Join(dir, "mem"), filepath.Join(dir, "disk.qcow2"), tmp)
-	if err := memfile.SyncFiles(filepath.Join(dir, "mem"), filepath.Join(dir, "disk.qcow2"), tmp); err != nil {
-		return err
-	}
-	pt.synced = time.Now()
-	if err := os.Rename(tmp, state); err != nil {
-		return fmt.Errorf("commit state: %w", err)
-	}
-	if err := memfile.SyncDir(dir); err != nil {
-		_ = os.Remove(state)
-		return err
-	}
-	return nil
-}
-
-// freeze cuts the guest's link (moat-vminit notes it, so that raising it
-// again makes the guest renew its CRNG and clock as after a restore), stops
-// the vCPUs and saves the device state to path; RAM stays in the memory file.
-func (r *Runtime) freeze(ctx context.Context, c *qmp.Client, con *qemu.Console, path string, pt *pauseTimes) error {
-	down := con.Watch(guestinit.LinkDownMarker)
-	defer down.Stop()
-	if err := qemu.SetLink(ctx, c, false); err != nil {
-		return err
-	}
-	if err := down.Wait(ctx, r.o.readyTimeout); err != nil {
-		return err
-	}
-	pt.linkDown = time.Now()
-	if err := qemu.SaveState(ctx, c, path); err != nil {
-		return fmt.Errorf("save state: %w", err)
-	}
-	return nil
-}
-
-// thaw continues a guest stopped by freeze (also after the migration
-// completed: cont reactivates the block devices) and raises its link; with
-// wait it waits until the guest renewed its CRNG and clock.
-func (r *Runtime) thaw(ctx context.Context, c *qmp.Client, con *qemu.Console, wait bool) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.readyTimeout)
-	defer cancel()
-	restored := con.Watch(guestinit.RestoredMarker)
-	defer restored.Stop()
-	if err := c.Execute(ctx, "cont", nil, nil); err != nil {
-		return err
-	}
-	if err := qemu.SetLink(ctx, c, true); err != nil {
-		return err
-	}
-	if !wait {
-		return nil
-	}
-	return restored.Wait(ctx, r.o.readyTimeout)
-}
-
-// release quits a paused sandbox's QEMU and removes its network and cgroup
-// (noting when QEMU was gone in pt); afterwards b.undo holds the by-name
-// undos of Kill. b.mu is held.
-func (r *Runtime) release(ctx context.Context, id string, b *sandbox, pt *pauseTimes) error {
+// release quits a paused sandbox's QEMU (noting when it was gone in pt) and
+// its volume server, and leaves the removal of its network, cgroup and
+// console log mount to b.teardown, which runs after Pause returned (its caller starts
+// it) or first thing in the sandbox's next Resume or Kill, whichever comes
+// first: about 50 ms of netlink and nftables work a pause need not wait
+// for, since the sandbox's memory and processes are gone by then.
+// Afterwards b.undo holds the by-name undos of Kill. b.mu is held.
+func (r *Runtime) release(ctx context.Context, id string, b *sandbox, pt *freeze.Times) error {
 	ctx = context.WithoutCancel(ctx)
 	r.flush.Remove(filepath.Join(r.sandboxDir(id), "mem"))
-	var errs []error
+	var err error
 	if b.proc != nil {
-		errs = append(errs, b.proc.Stop(ctx, b.qmp))
+		err = b.proc.Stop(ctx, b.qmp)
 	}
-	pt.quit = time.Now()
+	pt.Quit = time.Now()
 	if b.qmp != nil {
 		b.qmp.Close()
 	}
 	b.proc, b.qmp = nil, nil
-	errs = append(errs, r.stopVolumes(id, b)) // the guest is saved: nothing calls it until the resume starts another
-	errs = append(errs, r.net.Teardown(ctx, id), cgroups.Remove(r.cgroupPath(id)), qemu.UnmountLog(r.sandboxDir(id)))
-	for _, f := range []string{"qmp.sock", "pid", "console.sock"} {
-		_ = os.Remove(filepath.Join(r.sandboxDir(id), f))
-	}
+	err = errors.Join(err, r.stopVolumes(id, b)) // the guest is saved: nothing calls it until the resume starts another
+	b.teardown, b.tornDown = func() error {
+		errs := []error{r.net.Teardown(ctx, id), cgroups.Remove(r.cgroupPath(id)), qemu.UnmountLog(r.sandboxDir(id))}
+		for _, f := range []string{"qmp.sock", "pid", "console.sock"} {
+			_ = os.Remove(filepath.Join(r.sandboxDir(id), f))
+		}
+		return errors.Join(errs...)
+	}, make(chan struct{})
 	b.undo = cleanup.Stack{} // its undos were for the QEMU that just quit
 	r.pushAll(ctx, id, b)
-	return errors.Join(errs...)
+	return err
+}
+
+// finishTeardown runs what release left to b.teardown, once; b.mu is held.
+func (r *Runtime) finishTeardown(ctx context.Context, id string, b *sandbox) {
+	if b.teardown == nil {
+		return
+	}
+	start := time.Now()
+	err := b.teardown()
+	b.teardown = nil
+	close(b.tornDown)
+	if err != nil {
+		r.log.WarnContext(ctx, "sandbox paused; cleanup incomplete", "sandbox", id, "err", err)
+		return
+	}
+	r.log.DebugContext(ctx, "paused sandbox released", "sandbox", id, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // Resume implements runtime.Runtime: a new QEMU in a new network namespace
@@ -227,6 +176,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 	if !b.paused {
 		return nil, fmt.Errorf("resume sandbox %s: not paused: %w", id, errdefs.ErrFailedPrecondition)
 	}
+	r.finishTeardown(ctx, id, b) // its network and cgroup names are about to be reused
 	dir := r.sandboxDir(id)
 	meta, err := snapshot.ReadMeta(dir)
 	if err != nil {
@@ -238,7 +188,8 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 	_ = os.Rename(filepath.Join(dir, "console.log"), filepath.Join(dir, "console.log.1"))
 	start := time.Now()
 	var undo cleanup.Stack
-	h, consumed, err := r.resumeVM(ctx, id, b, meta, &undo)
+	var tm restoreTimes
+	h, consumed, err := r.resumeVM(ctx, id, b, meta, &undo, &tm)
 	if err != nil && !consumed {
 		// Still paused: state and mem are untouched.
 		err = errors.Join(err, undo.Run())
@@ -254,20 +205,25 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 	if err != nil {
 		return h, fmt.Errorf("resume sandbox %s (running, but not healthy): %w", id, err)
 	}
+	ms := func(a, b time.Time) time.Duration { return b.Sub(a).Round(time.Millisecond) }
 	r.log.InfoContext(ctx, "sandbox resumed", "sandbox", id, "addr", h.Addr, "pid", h.PID,
-		"took", time.Since(start).Round(time.Millisecond))
+		"took", time.Since(start).Round(time.Millisecond), "net", ms(start, tm.netUp), "launch", ms(tm.netUp, tm.launched),
+		"load", ms(tm.launched, tm.loaded), "cont", ms(tm.loaded, tm.restored), "health", ms(tm.restored, tm.health),
+		"marker", time.Since(tm.health).Round(time.Millisecond))
 	return h, nil
 }
 
 // resumeVM sets up the network and QEMU of paused sandbox id (undos onto
 // undo), loads its state, removes the state file and continues the guest.
 // consumed reports whether the state file is gone (the guest may run).
-func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *snapshot.Meta, undo *cleanup.Stack) (_ *runtime.Handle, consumed bool, _ error) {
+// Its milestones go to tm.
+func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *snapshot.Meta, undo *cleanup.Stack, tm *restoreTimes) (_ *runtime.Handle, consumed bool, _ error) {
 	n, err := r.net.Setup(ctx, id, meta.AllowInternet)
 	if err != nil {
 		return nil, false, err
 	}
 	undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
+	tm.netUp = time.Now()
 	m := r.sandboxMachine(id, meta)
 	ids, err := r.sandboxIDs(r.sandboxDir(id))
 	if err != nil {
@@ -282,6 +238,7 @@ func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *sna
 	if err := r.startVolumes(ctx, id, n, ids, nil, b, undo, false); err != nil {
 		return nil, false, err
 	}
+	tm.launched = time.Now()
 	if err := qemu.Incoming(ctx, c, r.statePath(id)); err != nil {
 		return nil, false, fmt.Errorf("load state: %w (qemu: %q)", err, qemu.TailFile(qemu.LogPath(r.sandboxDir(id)), 1024))
 	}
@@ -293,6 +250,7 @@ func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *sna
 	if err := memfile.SyncDir(r.sandboxDir(id)); err != nil {
 		return h, true, err
 	}
+	tm.loaded = time.Now()
 	restored := p.Con.Watch(guestinit.RestoredMarker)
 	defer restored.Stop()
 	if err := c.Execute(ctx, "cont", nil, nil); err != nil {
@@ -301,9 +259,11 @@ func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *sna
 	if err := qemu.SetLink(ctx, c, true); err != nil {
 		return h, true, err
 	}
+	tm.restored = time.Now()
 	if err := guestenvd.WaitHealth(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
 		return h, true, fmt.Errorf("%w (console: %q)", err, p.Con.Tail(1024))
 	}
+	tm.health = time.Now()
 	if err := restored.Wait(ctx, r.o.readyTimeout); err != nil {
 		return h, true, err
 	}

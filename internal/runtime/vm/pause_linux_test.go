@@ -14,6 +14,7 @@ import (
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/vm/freeze"
 	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 )
 
@@ -81,9 +82,10 @@ func checkGuestClock(t *testing.T, h *runtime.Handle) {
 // namespace or cgroup, but its saved state.
 func assertGoneWhilePaused(t *testing.T, r *Runtime, id string) {
 	t.Helper()
-	if pids := qemuPIDs(r.sandboxDir(id)); len(pids) > 0 {
+	if pids := qemuPIDs(r.sandboxDir(id)); len(pids) > 0 { // Pause returns once QEMU is gone
 		t.Errorf("paused sandbox has processes %v", pids)
 	}
+	waitTornDown(t, r, id)
 	if _, err := os.Stat(filepath.Join("/run/netns", testScope+"-"+id)); err == nil {
 		t.Error("paused sandbox kept its netns")
 	}
@@ -277,12 +279,12 @@ func TestRecoverCrashWindows(t *testing.T) {
 		sh(t, h, "echo "+h.ID+" > /dev/shm/value")
 	}
 	b, _ := r.boxes.Lookup(committed.ID)
-	if err := r.savePaused(ctx, b.qmp, b.proc.Con, r.sandboxDir(committed.ID), &pauseTimes{}); err != nil {
+	if err := freeze.Save(ctx, b.qmp, b.proc.Con, r.sandboxDir(committed.ID), time.Minute, &freeze.Times{}); err != nil {
 		t.Fatal(err)
 	}
 	dir := r.sandboxDir(uncommitted.ID)
 	b, _ = r.boxes.Lookup(uncommitted.ID)
-	if err := r.freeze(ctx, b.qmp, b.proc.Con, filepath.Join(dir, "state.tmp"), &pauseTimes{}); err != nil {
+	if err := freeze.Freeze(ctx, b.qmp, b.proc.Con, filepath.Join(dir, "state.tmp"), time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
 	dropQMP(r, committed.ID)
@@ -353,4 +355,25 @@ func restoredLine(r *Runtime, id string) string {
 		}
 	}
 	return "(no restore marker)"
+}
+
+// waitTornDown waits until what Pause leaves to release in the background
+// (network, cgroup) is released.
+func waitTornDown(t testing.TB, r *Runtime, id string) {
+	t.Helper()
+	b, ok := r.boxes.Lookup(id)
+	if !ok {
+		return
+	}
+	b.mu.Lock()
+	ch := b.tornDown
+	b.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-time.After(time.Minute):
+		t.Fatalf("sandbox %s: the paused sandbox's teardown did not run", id)
+	}
 }

@@ -58,6 +58,7 @@ func TestQEMULogCapped(t *testing.T) {
 	if err := r.Pause(context.Background(), h.ID); err != nil {
 		t.Fatal(err)
 	}
+	waitTornDown(t, r, h.ID)
 	if ms := mountsOf(h.ID); len(ms) != 0 {
 		t.Errorf("paused sandbox has mounts %v", ms)
 	}

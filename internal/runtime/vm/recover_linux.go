@@ -220,4 +220,7 @@ func (r *Runtime) removeUnfinishedSnapshots() error {
 
 // Close ends r's background work (spare refills) and removes its spares;
 // its sandboxes keep running (a later Recover adopts them).
-func (r *Runtime) Close() error { return r.spares.Close() }
+func (r *Runtime) Close() error {
+	r.bg.Wait()
+	return r.spares.Close()
+}

@@ -109,6 +109,7 @@ type Runtime struct {
 	tpl      *templatesnap.Set // boot files, accelerator, template snapshots
 
 	boxes  runtime.Boxes[sandbox]
+	bg     sync.WaitGroup // the paused sandboxes' background teardowns (Pause)
 	spares *memfile.Spares
 	flush  memfile.Flusher    // memory files of the sandboxes this process runs
 	vols   *volserver.Spawner // the sandboxes' volume servers (volumes_linux.go)
@@ -126,6 +127,11 @@ type sandbox struct {
 	paused  bool              // guarded by mu; saved to <dir>/state, no QEMU, network or cgroup
 	// pauseWritten is what the last Pause wrote (bytes; guarded by mu).
 	pauseWritten int64
+	// teardown releases what a Pause left to release after it returned
+	// (network, cgroup, volume server, console log mount); nil when nothing
+	// is pending. tornDown is closed once it ran. Both guarded by mu.
+	teardown func() error
+	tornDown chan struct{}
 }
 
 // New checks the host and installs the network policy. The guest kernel,

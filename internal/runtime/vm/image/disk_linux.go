@@ -18,7 +18,11 @@ import (
 // (a config-change interrupt), the guest kernel announces the new capacity
 // with a RESIZE uevent and moat-vminit grows the mounted ext4 to it
 // (EXT4_IOC_RESIZE_FS, see guestinit.GrownMarker). The size lives in the
-// overlay's header, so pause/resume, snapshots and forks keep it.
+// overlay's header, so pause/resume, snapshots and forks keep it. A
+// template's snapshot is taken with its disk grown the same way to the
+// Spec.DiskMiB of the creates it serves (the size is part of its key), so
+// an ordinary create grows nothing: the online grow is for restores of a
+// sandbox snapshot asking for more.
 //
 // A disk cannot shrink (ext4 does not shrink online, and the template's
 // image is shared): a Spec.DiskMiB below the snapshot's disk size is

@@ -15,6 +15,7 @@ import (
 	"github.com/moatsh/moat/internal/cleanup"
 	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/netpolicy"
+	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
 	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
@@ -105,8 +106,10 @@ func (t *Set) snapLock(dir string) *sync.Mutex {
 	return mu
 }
 
-// Ensure returns the snapshot for spec's template build, memory size
-// and vCPU count, booting the template once to take it if needed.
+// Ensure returns the snapshot for spec's template build, memory size,
+// vCPU count and disk size, booting the template once to take it if
+// needed. The snapshot's disk already has Spec.DiskMiB (when that is more
+// than the image), so that a create from it needs no online grow.
 func (t *Set) Ensure(ctx context.Context, spec runtime.Spec) (*snapshot.Snapshot, error) {
 	bf, accel, err := t.MachineBase(ctx)
 	if err != nil {
@@ -121,6 +124,9 @@ func (t *Set) Ensure(ctx context.Context, spec runtime.Spec) (*snapshot.Snapshot
 		accel, bf.Version, bf.Key, (&qemu.Machine{TSCkHz: t.TSCkHz}).KernelArgs(), image.ImageName)
 	if !t.ColdSnapshot {
 		meta += warmMetaLine + "\n"
+	}
+	if spec.DiskMiB > 0 {
+		meta += fmt.Sprintf("disk %d MiB\n", spec.DiskMiB)
 	}
 	sum := sha256.Sum256([]byte(meta))
 	s := &snapshot.Snapshot{Boot: bf, Accel: accel, VCPUs: spec.VCPUs, MemMiB: spec.MemoryMiB, Template: key,
@@ -138,7 +144,7 @@ func (t *Set) Ensure(ctx context.Context, spec runtime.Spec) (*snapshot.Snapshot
 	if err != nil {
 		return nil, err
 	}
-	if err := t.takeSnapshot(context.WithoutCancel(ctx), img, s, meta); err != nil {
+	if err := t.takeSnapshot(context.WithoutCancel(ctx), img, s, meta, int64(spec.DiskMiB)<<20); err != nil {
 		_ = os.RemoveAll(s.Dir)
 		return nil, fmt.Errorf("template %s: snapshot: %w", spec.TemplateID, err)
 	}
@@ -162,10 +168,11 @@ func touch(paths ...string) {
 	}
 }
 
-// takeSnapshot boots the template with RAM in a shared file, waits for envd
-// and saves the device state; the guest's disk at that moment is kept as
-// the snapshot's disk.qcow2, under which every sandbox gets its overlay.
-func (t *Set) takeSnapshot(ctx context.Context, img string, s *snapshot.Snapshot, meta string) (retErr error) {
+// takeSnapshot boots the template with RAM in a shared file, waits for envd,
+// grows its disk to disk bytes (when more than the image) and saves the
+// device state; the guest's disk at that moment is kept as the snapshot's
+// disk.qcow2, under which every sandbox gets its overlay.
+func (t *Set) takeSnapshot(ctx context.Context, img string, s *snapshot.Snapshot, meta string, disk int64) (retErr error) {
 	_ = qemu.UnmountLog(s.Dir) // a boot a crash cut short
 	_ = os.RemoveAll(s.Dir)
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
@@ -199,6 +206,9 @@ func (t *Set) takeSnapshot(ctx context.Context, img string, s *snapshot.Snapshot
 	}
 	addr := n.SandboxAddr.String() + ":49983"
 	if err := guestenvd.WaitHealth(ctx, addr, t.BootTimeout); err != nil {
+		return fmt.Errorf("cold boot: %w (console: %q)", err, p.Con.Tail(2048))
+	}
+	if err := growDisk(ctx, c, p.Con, s.Disk(), disk); err != nil {
 		return fmt.Errorf("cold boot: %w (console: %q)", err, p.Con.Tail(2048))
 	}
 	booted := time.Now()
@@ -250,4 +260,24 @@ func (t *Set) bootIDs(bootID string, undo *cleanup.Stack) (idmap.Range, error) {
 		return idmap.Range{}, fmt.Errorf("template boot ids: %w", err)
 	}
 	return ids, nil
+}
+
+// growDisk grows the booted template's disk (the qcow2 file path) to size
+// bytes when that is more than it has, and waits until the guest grew its
+// root file system (see image/disk_linux.go): every restore of the
+// snapshot then starts with that size.
+func growDisk(ctx context.Context, c *qmp.Client, con *qemu.Console, path string, size int64) error {
+	have, err := image.Qcow2Size(path)
+	if err != nil || size <= have {
+		return err
+	}
+	grown := con.Watch(guestinit.GrownMarker)
+	defer grown.Stop()
+	if err := qemu.GrowDisk(ctx, c, size); err != nil {
+		return err
+	}
+	if err := grown.Wait(ctx, 30*time.Second); err != nil {
+		return fmt.Errorf("grow root file system to %d MiB: %w", size>>20, err)
+	}
+	return nil
 }
