@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -274,8 +275,10 @@ func (s *Spares) make(snap Source) (_ spare, retErr error) {
 	return spare{dir: dir, from: from}, nil
 }
 
-// RemoveOthers removes the spares of every other Runtime instance (left by
-// an earlier process).
+// RemoveOthers removes the spares of every other Runtime instance left by
+// an earlier process. Those of other instances in this process (tests run
+// several Runtimes on one data dir) are alive: their refills may still be
+// writing, and their Close removes them.
 func (s *Spares) RemoveOthers() error {
 	if s == nil {
 		return nil
@@ -286,9 +289,10 @@ func (s *Spares) RemoveOthers() error {
 		return fmt.Errorf("spares: %w", err)
 	}
 	var errs []error
+	ours := strconv.Itoa(os.Getpid()) + "-"
 	for _, e := range entries {
-		if p := filepath.Join(parent, e.Name()); p != s.dir {
-			errs = append(errs, os.RemoveAll(p))
+		if !strings.HasPrefix(e.Name(), ours) {
+			errs = append(errs, os.RemoveAll(filepath.Join(parent, e.Name())))
 		}
 	}
 	return errors.Join(errs...)

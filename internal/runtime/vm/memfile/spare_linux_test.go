@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -69,10 +70,14 @@ func TestSpares(t *testing.T) {
 		t.Fatalf("stale spare left: %v", err)
 	}
 	waitSpares(t, s, snap, 1)
-	// Another instance's spares go; this one's stay.
+	// An earlier process's spares go; this one's and those of another
+	// instance in this process (alive) stay.
 	other := filepath.Join(filepath.Dir(s.dir), "1-old")
-	if err := os.MkdirAll(other, 0o700); err != nil {
-		t.Fatal(err)
+	sibling := filepath.Join(filepath.Dir(s.dir), strconv.Itoa(os.Getpid())+"-sibling")
+	for _, d := range []string{other, sibling} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := s.RemoveOthers(); err != nil {
 		t.Fatal(err)
@@ -80,6 +85,10 @@ func TestSpares(t *testing.T) {
 	if _, err := os.Stat(other); !os.IsNotExist(err) {
 		t.Fatal("other instance's spares left")
 	}
+	if _, err := os.Stat(sibling); err != nil {
+		t.Fatalf("spares of another instance in this process: %v", err)
+	}
+	_ = os.RemoveAll(sibling)
 	if _, err := os.Stat(s.dir); err != nil {
 		t.Fatal(err)
 	}
