@@ -184,7 +184,7 @@ func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *
 	if err != nil {
 		return nil, err
 	}
-	undo.Push(func() error { m.release(id); return nil })
+	undo.Push(func() error { m.release(id, true); return nil })
 	m.mu.Lock()
 	n := m.netOf(id, slot)
 	m.mu.Unlock()
@@ -229,9 +229,22 @@ func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *
 	return n, nil
 }
 
-// Teardown removes the sandbox's nftables set member, veth pair and netns and
-// frees its addresses. It succeeds when there is nothing to remove.
+// Teardown removes the sandbox's nftables set member, veth pair and netns,
+// frees its addresses and forgets its egress policy. It succeeds when there
+// is nothing to remove.
 func (m *Manager) Teardown(ctx context.Context, id string) error {
+	return m.teardown(ctx, id, true)
+}
+
+// Suspend is Teardown for a sandbox whose network comes back with the next
+// Setup (a microVM paused to disk): its egress policy stays, so a SetEgress
+// made before the network is down again, or while it is, is what that Setup
+// applies.
+func (m *Manager) Suspend(ctx context.Context, id string) error {
+	return m.teardown(ctx, id, false)
+}
+
+func (m *Manager) teardown(ctx context.Context, id string, forget bool) error {
 	if err := validID(id); err != nil {
 		return err
 	}
@@ -252,7 +265,7 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 		m.mu.Unlock()
 		m.o.proxy.Rules(sb, ProxyRules{}) // before release: the slot may be reused at once
 	}
-	m.release(id)
+	m.release(id, forget)
 	if err != nil {
 		return fmt.Errorf("sandbox %s: network teardown: %w", id, err)
 	}
@@ -260,11 +273,14 @@ func (m *Manager) Teardown(ctx context.Context, id string) error {
 	return nil
 }
 
-func (m *Manager) release(id string) {
+// release frees id's addresses and, with forget, its policy.
+func (m *Manager) release(id string, forget bool) {
 	m.mu.Lock()
 	m.alloc.free(id)
-	delete(m.internet, id)
-	delete(m.egress, id)
+	if forget {
+		delete(m.internet, id)
+		delete(m.egress, id)
+	}
 	m.mu.Unlock()
 }
 

@@ -133,7 +133,9 @@ func (r *Runtime) release(ctx context.Context, id string, b *sandbox, pt *freeze
 	b.proc, b.qmp = nil, nil
 	err = errors.Join(err, r.stopVolumes(id, b)) // the guest is saved: nothing calls it until the resume starts another
 	b.teardown, b.tornDown = func() error {
-		errs := []error{r.net.Teardown(ctx, id), cgroups.Remove(r.cgroupPath(id)), qemu.UnmountLog(r.sandboxDir(id))}
+		// Suspend, not Teardown: the policy the orchestrator sets before a
+		// Resume (which may come before this ran) must survive it.
+		errs := []error{r.net.Suspend(ctx, id), cgroups.Remove(r.cgroupPath(id)), qemu.UnmountLog(r.sandboxDir(id))}
 		for _, f := range []string{"qmp.sock", "pid", "console.sock"} {
 			_ = os.Remove(filepath.Join(r.sandboxDir(id), f))
 		}
