@@ -10,8 +10,15 @@ import (
 
 // SetEgress replaces a sandbox's egress policy on the host (see
 // netpolicy.Manager.SetEgress): at once if its network is up, else when
-// Create or Resume sets it up. It implements orchestrator.EgressSetter.
+// Create or Resume sets it up. A paused sandbox's network teardown still
+// pending (see release) runs first, so that the policy is never written
+// onto the interface being removed. It implements orchestrator.EgressSetter.
 func (r *Runtime) SetEgress(ctx context.Context, id string, e netpolicy.Egress) error {
+	if b, ok := r.boxes.Lookup(id); ok {
+		b.mu.Lock()
+		r.finishTeardown(ctx, id, b)
+		b.mu.Unlock()
+	}
 	return r.net.SetEgress(ctx, id, e)
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/freeze"
 	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
@@ -129,6 +130,18 @@ func TestPauseResumeKeepsStateAndClock(t *testing.T) {
 	c := waitCounterAbove(t, h, 1)
 	if err := r.Pause(ctx, h.ID); err != nil {
 		t.Fatal(err)
+	}
+	// A policy set right after the pause comes after its network teardown.
+	if err := r.SetEgress(ctx, h.ID, netpolicy.Egress{}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := r.boxes.Lookup(h.ID); b != nil {
+		b.mu.Lock()
+		pending := b.teardown != nil
+		b.mu.Unlock()
+		if pending {
+			t.Error("SetEgress on a paused sandbox returned before its network teardown ran")
+		}
 	}
 	assertGoneWhilePaused(t, r, h.ID)
 	if err := r.Pause(ctx, h.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
