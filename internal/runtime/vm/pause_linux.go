@@ -64,8 +64,9 @@ func (r *Runtime) runningBox(id, op string) (*sandbox, *snapshot.Meta, error) {
 }
 
 // Pause implements runtime.Runtime: the guest's device state is saved next
-// to its memory file, then QEMU exits and the sandbox's network and cgroup
-// go; its directory stays. The sandbox keeps no RAM or process until
+// to its memory file, then QEMU exits; the sandbox's network and cgroup go
+// right after, in the background (see release); its directory stays. The
+// sandbox keeps no RAM or process until
 // Resume. A pause that fails leaves the sandbox running. Errors:
 // ErrNotFound, ErrFailedPrecondition (already paused, or created by a
 // version without meta.json).
