@@ -222,7 +222,7 @@ func (e *env) build(ctx context.Context, spec build.Spec, wantCached int) (time.
 	n := 0
 	for _, l := range e.m.Logs(b.ID, 0) {
 		if e.cfg.BuildLog != nil {
-			fmt.Fprintf(e.cfg.BuildLog, "%s %-5s %s %s\n", l.Time.Format("15:04:05.000"), l.Level, l.Step, l.Message)
+			fmt.Fprintln(e.cfg.BuildLog, logLine(l))
 		}
 		if strings.Contains(l.Message, "] CACHED ") {
 			n++
@@ -239,7 +239,12 @@ func (e *env) logTail(id string, n int) string {
 	var b strings.Builder
 	lines := e.m.Logs(id, 0)
 	for _, l := range lines[max(len(lines)-n, 0):] {
-		fmt.Fprintf(&b, "  %s %-5s %s %s\n", l.Time.Format("15:04:05.000"), l.Level, l.Step, l.Message)
+		fmt.Fprintf(&b, "  %s\n", logLine(l))
 	}
 	return b.String()
+}
+
+// logLine is one build log entry as the bench prints it.
+func logLine(l build.LogEntry) string {
+	return fmt.Sprintf("%s %-5s %s %s", l.Time.Format("15:04:05.000"), l.Level, l.Step, l.Message)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -93,11 +94,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	r.log.InfoContext(ctx, "sandbox created", "sandbox", id, "from", from, "addr", h.Addr, "pid", h.PID, "accel", snap.Accel,
 		"took", time.Since(start).Round(time.Millisecond), "snapshot", snapped.Sub(start).Round(time.Millisecond),
 		"copy", tm.copied.Sub(snapped).Round(time.Millisecond), "mem_data_mib", tm.memData>>20,
-		"net", tm.netUp.Sub(tm.copied).Round(time.Millisecond), "launch", tm.launched.Sub(tm.netUp).Round(time.Millisecond),
-		"load", tm.loaded.Sub(tm.launched).Round(time.Millisecond), "cont", tm.restored.Sub(tm.loaded).Round(time.Millisecond),
-		"health", tm.health.Sub(tm.restored).Round(time.Millisecond), "marker", time.Since(tm.health).Round(time.Millisecond))
+		"net", between(tm.copied, tm.netUp), tm.phases())
 	return h, nil
 }
+
+// between is b−a rounded to milliseconds, for the logs.
+func between(a, b time.Time) time.Duration { return b.Sub(a).Round(time.Millisecond) }
 
 // sourceSnapshot is what spec restores: its Snapshot, else its template's.
 func (r *Runtime) sourceSnapshot(ctx context.Context, spec runtime.Spec) (*snapshot.Snapshot, error) {
@@ -107,10 +109,19 @@ func (r *Runtime) sourceSnapshot(ctx context.Context, spec runtime.Spec) (*snaps
 	return r.tpl.Ensure(ctx, spec)
 }
 
-// restoreTimes are the milestones of a restore, for the log.
+// restoreTimes are the milestones of a restore (a create's or a resume's),
+// for the log.
 type restoreTimes struct {
 	copied, netUp, launched, loaded, restored, health time.Time
 	memData                                           int64 // bytes of memory file data copied
+}
+
+// phases are the log attributes of what follows the network's setup:
+// launch, load, cont, health and the wait for the restore marker (until now).
+func (tm *restoreTimes) phases() slog.Attr {
+	return slog.Group("", "launch", between(tm.netUp, tm.launched), "load", between(tm.launched, tm.loaded),
+		"cont", between(tm.loaded, tm.restored), "health", between(tm.restored, tm.health),
+		"marker", time.Since(tm.health).Round(time.Millisecond))
 }
 
 // restore gives sandbox spec.ID its files, network and QEMU, loads snap

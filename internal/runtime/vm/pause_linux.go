@@ -106,10 +106,9 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	b.paused = true
 	b.pauseWritten = pt.Written
 	b.handle = &runtime.Handle{ID: id, Runtime: Name, Paused: true}
-	ms := func(a, b time.Time) time.Duration { return b.Sub(a).Round(time.Millisecond) }
 	r.log.InfoContext(ctx, "sandbox paused", "sandbox", id, "took", time.Since(pt.Start).Round(time.Millisecond),
-		"link_down", ms(pt.Start, pt.LinkDown), "save", ms(pt.LinkDown, pt.Saved), "sync", ms(pt.Saved, pt.Synced),
-		"commit", ms(pt.Synced, pt.Committed), "quit", ms(pt.Committed, pt.Quit), "written_kib", pt.Written>>10)
+		"link_down", between(pt.Start, pt.LinkDown), "save", between(pt.LinkDown, pt.Saved), "sync", between(pt.Saved, pt.Synced),
+		"commit", between(pt.Synced, pt.Committed), "quit", between(pt.Committed, pt.Quit), "written_kib", pt.Written>>10)
 	return nil
 }
 
@@ -208,11 +207,8 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 	if err != nil {
 		return h, fmt.Errorf("resume sandbox %s (running, but not healthy): %w", id, err)
 	}
-	ms := func(a, b time.Time) time.Duration { return b.Sub(a).Round(time.Millisecond) }
 	r.log.InfoContext(ctx, "sandbox resumed", "sandbox", id, "addr", h.Addr, "pid", h.PID,
-		"took", time.Since(start).Round(time.Millisecond), "net", ms(start, tm.netUp), "launch", ms(tm.netUp, tm.launched),
-		"load", ms(tm.launched, tm.loaded), "cont", ms(tm.loaded, tm.restored), "health", ms(tm.restored, tm.health),
-		"marker", time.Since(tm.health).Round(time.Millisecond))
+		"took", time.Since(start).Round(time.Millisecond), "net", between(start, tm.netUp), tm.phases())
 	return h, nil
 }
 

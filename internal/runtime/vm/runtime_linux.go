@@ -128,7 +128,7 @@ type sandbox struct {
 	// pauseWritten is what the last Pause wrote (bytes; guarded by mu).
 	pauseWritten int64
 	// teardown releases what a Pause left to release after it returned
-	// (network, cgroup, volume server, console log mount); nil when nothing
+	// (network, cgroup, console log mount); nil when nothing
 	// is pending. tornDown is closed once it ran. Both guarded by mu.
 	teardown func() error
 	tornDown chan struct{}
