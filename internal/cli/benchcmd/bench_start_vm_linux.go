@@ -14,7 +14,6 @@ import (
 	"github.com/moatsh/moat/internal/runtime/vm"
 	"github.com/moatsh/moat/internal/runtime/vm/vmbench"
 	"github.com/moatsh/moat/internal/template"
-	moat "github.com/moatsh/moat/sdk/go"
 )
 
 // moat bench --start --runtime vm: issue 12's microVM half. The floors
@@ -39,8 +38,8 @@ func benchStartVM(cmd *cobra.Command, dataDir string, be runtime.Backends, tmpl 
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	unpooled := vmSeries{total: bench.Series{Name: "unpooled"}}
-	pooled := vmSeries{total: bench.Series{Name: fmt.Sprintf("pooled (pool of %d)", vmPoolSize)}}
+	unpooled := startSeries{total: bench.Series{Name: "unpooled"}}
+	pooled := startSeries{total: bench.Series{Name: fmt.Sprintf("pooled (pool of %d)", vmPoolSize)}}
 	if err := vmCreates(ctx, dataDir, be, tmpl, n, nil, &unpooled); err != nil {
 		return fmt.Errorf("bench: unpooled: %w", err)
 	}
@@ -56,7 +55,7 @@ func benchStartVM(cmd *cobra.Command, dataDir string, be runtime.Backends, tmpl 
 // vmCreates times n creates→first command on a server running the vm
 // runtime with pools, after one untimed create (it may take the template
 // snapshot); with a pool, each create waits for the pool to be full.
-func vmCreates(ctx context.Context, dataDir string, be runtime.Backends, tmpl string, n int, pools []orchestrator.PoolSpec, out *vmSeries) error {
+func vmCreates(ctx context.Context, dataDir string, be runtime.Backends, tmpl string, n int, pools []orchestrator.PoolSpec, out *startSeries) error {
 	c, stop, err := benchServer(ctx, dataDir, vm.Name, be, pools)
 	if err != nil {
 		return err
@@ -68,53 +67,19 @@ func vmCreates(ctx context.Context, dataDir string, be runtime.Backends, tmpl st
 				return err
 			}
 		}
-		d, err := vmCreateFirstCommand(ctx, c, tmpl)
+		d, err := timeCreateFirstCommand(ctx, c, tmpl)
 		if err != nil {
 			return fmt.Errorf("create %d: %w", i, err)
 		}
 		if i >= 0 {
-			out.total.Samples = append(out.total.Samples, d[0]+d[1])
-			out.create.Samples = append(out.create.Samples, d[0])
-			out.first.Samples = append(out.first.Samples, d[1])
-			out.second.Samples = append(out.second.Samples, d[2])
+			out.add(d)
 		}
 	}
 	return nil
 }
 
-// vmSeries are create→first command and its two halves.
-type vmSeries struct{ total, create, first, second bench.Series }
-
-// vmCreateFirstCommand times CreateSandbox, Run("true") and a second
-// Run("true") (the command's floor through the proxy) apart and kills the
-// sandbox afterwards (not timed).
-func vmCreateFirstCommand(ctx context.Context, c *moat.Client, tmpl string) ([3]time.Duration, error) {
-	var d [3]time.Duration
-	t0 := time.Now()
-	sb, err := c.CreateSandbox(ctx, moat.CreateOptions{Template: tmpl, Timeout: 5 * time.Minute})
-	if err != nil {
-		return d, fmt.Errorf("create: %w", err)
-	}
-	defer killQuietly(ctx, sb)
-	t1 := time.Now()
-	code, err := sb.Run(ctx, "true", moat.RunOptions{})
-	if err == nil && code != 0 {
-		err = fmt.Errorf("exit code %d", code)
-	}
-	d[0], d[1] = t1.Sub(t0), time.Since(t1)
-	if err != nil {
-		return d, fmt.Errorf("run: %w", err)
-	}
-	t2 := time.Now()
-	if _, err := sb.Run(ctx, "true", moat.RunOptions{}); err != nil {
-		return d, fmt.Errorf("second run: %w", err)
-	}
-	d[2] = time.Since(t2)
-	return d, nil
-}
-
 // printStartVM writes the vm report with the issue's targets beside it.
-func printStartVM(w io.Writer, tmpl string, f *vmbench.StartFloors, unpooled, pooled vmSeries) {
+func printStartVM(w io.Writer, tmpl string, f *vmbench.StartFloors, unpooled, pooled startSeries) {
 	fmt.Fprintf(w, "microVM runtime (TCG unless KVM works), template %s: create→first command through the REST API and envd\n", tmpl)
 	fmt.Fprintf(w, "(Go SDK CreateSandbox, then Run(\"true\") = /process.Process/Start of `bash -l -c true` via the proxy)\n")
 	line := func(name string, s []time.Duration, note string) {
@@ -140,12 +105,8 @@ func printStartVM(w io.Writer, tmpl string, f *vmbench.StartFloors, unpooled, po
 	u, p := unpooled.total.Median(), pooled.total.Median()
 	line(unpooled.total.Name, unpooled.total.Samples,
 		fmt.Sprintf("%s  target p50 ≤ 0.4 s  %s", ratio(unpooled.total), verdict(u <= 400*time.Millisecond)))
-	line("  CreateSandbox", unpooled.create.Samples, "")
-	line("  Run(\"true\")", unpooled.first.Samples, "")
-	line("  (a second Run(\"true\"), not counted)", unpooled.second.Samples, "")
+	unpooled.printParts(line)
 	line(pooled.total.Name, pooled.total.Samples,
 		fmt.Sprintf("%s  target p50 ≤ 50 ms  %s", ratio(pooled.total), verdict(p <= 50*time.Millisecond)))
-	line("  CreateSandbox", pooled.create.Samples, "")
-	line("  Run(\"true\")", pooled.first.Samples, "")
-	line("  (a second Run(\"true\"), not counted)", pooled.second.Samples, "")
+	pooled.printParts(line)
 }

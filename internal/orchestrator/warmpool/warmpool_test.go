@@ -23,6 +23,7 @@ type fakeSource struct {
 	tpl      store.Template
 	fail     int // this many Makes fail first
 	made     int
+	calls    []time.Time // when each Make began
 	inflight int
 	maxIn    int
 	killed   []string
@@ -45,6 +46,7 @@ func (s *fakeSource) Template(ctx context.Context, ref string) (store.Template, 
 
 func (s *fakeSource) Make(ctx context.Context, tpl store.Template) (*Member, error) {
 	s.mu.Lock()
+	s.calls = append(s.calls, time.Now())
 	s.inflight++
 	s.maxIn = max(s.maxIn, s.inflight)
 	s.mu.Unlock()
@@ -99,7 +101,7 @@ func (s *fakeSource) snapshot() (made, maxIn int, killed, released []string) {
 func start(t *testing.T, src *fakeSource, specs ...Spec) *Pools {
 	t.Helper()
 	ps := New(src, slog.New(slog.DiscardHandler))
-	ps.poll, ps.retry = 5*time.Millisecond, 5*time.Millisecond
+	ps.poll, ps.retry, ps.settle = 5*time.Millisecond, 5*time.Millisecond, time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	ps.Start(ctx, specs)
 	t.Cleanup(func() { cancel(); ps.Wait() })
@@ -147,6 +149,31 @@ func TestRefillOneAtATimeUpToSize(t *testing.T) {
 				t.Fatalf("reserved %+v for %d members", n, size)
 			}
 		})
+	}
+}
+
+// TestRefillSettlesAfterHandOut checks that the replacement of a member
+// handed out is not begun before the pool's settle time (the sandbox
+// handed out gets the host for its first commands), and is then.
+func TestRefillSettlesAfterHandOut(t *testing.T) {
+	src := newSource()
+	ps := start(t, src, Spec{Template: "base", Size: 1})
+	ps.settle = 150 * time.Millisecond // read by the pool's goroutine only after the Take below
+	waitReady(t, ps, 1)
+	tpl, _ := src.Template(context.Background(), "base")
+	took := time.Now()
+	if ps.Take(tpl, "") == nil {
+		t.Fatal("no member")
+	}
+	waitReady(t, ps, 1)
+	src.mu.Lock()
+	calls := slices.Clone(src.calls)
+	src.mu.Unlock()
+	if len(calls) != 2 {
+		t.Fatalf("%d Makes, want 2", len(calls))
+	}
+	if d := calls[1].Sub(took); d < 150*time.Millisecond {
+		t.Fatalf("the replacement began %s after the hand-out, before the settle time (150ms)", d)
 	}
 }
 

@@ -111,6 +111,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	if err := traversable(filepath.Join(cfg.DataDir, o.flavor.subdir)); err != nil {
 		return nil, fmt.Errorf("container runtime: %w", err)
 	}
+	cgroups.TuneHost(ctx, log)
 	// The vm runtime allocates from the same ID space under
 	// <DataDir>/vm/sandboxes: its ranges count as taken (and both lock
 	// both directories while allocating).

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/cleanup"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/idmap"
@@ -171,6 +172,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 			return nil, fmt.Errorf("vm runtime: %s not found (apt-get install qemu-utils e2fsprogs util-linux): %w", tool, errdefs.ErrNotFound)
 		}
 	}
+	cgroups.TuneHost(ctx, log)
 	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, tscKHz: qemu.HostTSCkHz(),
 		launcher: &launch.Launcher{QEMU: o.qemu, NoJail: o.noJail}}
 	r.spares = memfile.NewSpares(log, r.dir, o.spares)
