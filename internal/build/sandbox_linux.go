@@ -23,6 +23,7 @@ import (
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/container/hostfs"
 )
 
 // SandboxRunner runs RUN steps in a sandbox of the container runtime: the
@@ -84,7 +85,7 @@ func (s *SandboxRunner) Run(ctx context.Context, rootfs string, execs []Exec, ou
 		}
 	}()
 	base := "http://" + net.JoinHostPort(h.Addr.String(), strconv.Itoa(s.envdPort))
-	if err := s.waitEnvd(ctx, base); err != nil {
+	if err := s.waitEnvd(ctx, id, base); err != nil {
 		return err
 	}
 	shell := "/bin/bash"
@@ -122,22 +123,32 @@ func (s *SandboxRunner) Run(ctx context.Context, rootfs string, execs []Exec, ou
 	})
 }
 
-// waitEnvd waits until envd in the build sandbox answers /health.
-func (s *SandboxRunner) waitEnvd(ctx context.Context, base string) error {
+// waitEnvd waits until envd in the build sandbox id answers /health. Each
+// request has its own short deadline, so one lost on the way is retried;
+// a failure names the last answer and the tail of the sandbox's envd log.
+func (s *SandboxRunner) waitEnvd(ctx context.Context, id, base string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	last := "no request finished"
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health", nil)
-		if res, err := s.http.Do(req); err == nil {
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, base+"/health", nil)
+		res, err := s.http.Do(req)
+		if err == nil {
 			io.Copy(io.Discard, io.LimitReader(res.Body, 4096))
 			res.Body.Close()
-			if res.StatusCode == http.StatusNoContent {
-				return nil
-			}
+			last = res.Status
+		} else {
+			last = err.Error()
+		}
+		rcancel()
+		if err == nil && res.StatusCode == http.StatusNoContent {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("envd in the build sandbox did not answer: %w", errdefs.ErrUnavailable)
+			logTail, _ := hostfs.Tail(filepath.Join(s.dataDir, "sandboxes", id, "log", hostfs.LogName), 2048)
+			return fmt.Errorf("envd in the build sandbox did not answer (last: %s; envd.log: %q): %w", last, logTail, errdefs.ErrUnavailable)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

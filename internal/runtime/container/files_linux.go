@@ -1,10 +1,8 @@
 package container
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -82,18 +80,4 @@ func writeJSON(path string, v any) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
-}
-
-// readTail returns up to n bytes from the end of a file.
-func readTail(path string, n int64) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > n {
-		_, _ = f.Seek(-n, io.SeekEnd)
-	}
-	b, err := io.ReadAll(f)
-	return string(bytes.TrimSpace(b)), err
 }

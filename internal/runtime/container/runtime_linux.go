@@ -219,7 +219,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	b.undo.Push(func() error { return r.deleteContainer(context.WithoutCancel(ctx), id) })
 	pidFile := filepath.Join(r.dir(id), "pid")
 	if err := r.oci.Start(ctx, r.dir(id), r.containerName(id), pidFile, logf); err != nil {
-		tail, _ := readTail(logf.Name(), 1024)
+		tail, _ := hostfs.Tail(logf.Name(), 1024)
 		return nil, fmt.Errorf("sandbox %s: %w: %s", id, err, tail)
 	}
 	pid, err := readPID(pidFile)
@@ -404,14 +404,14 @@ func (r *Runtime) waitReady(ctx context.Context, h *runtime.Handle, init *runtim
 			return nil
 		}
 		if delay == maxReadyDelay && init.Exited() {
-			tail, _ := readTail(r.logPath(h.ID), 2048)
+			tail, _ := hostfs.Tail(r.logPath(h.ID), 2048)
 			return fmt.Errorf("sandbox %s: envd exited before listening on %s: %w (envd.log: %q)", h.ID, addr, errdefs.ErrUnavailable, tail)
 		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			tail, _ := readTail(r.logPath(h.ID), 2048)
+			tail, _ := hostfs.Tail(r.logPath(h.ID), 2048)
 			return fmt.Errorf("sandbox %s: envd not reachable at %s: %w (envd.log: %q)", h.ID, addr, errors.Join(ctx.Err(), errdefs.ErrUnavailable), tail)
 		case <-t.C:
 		}

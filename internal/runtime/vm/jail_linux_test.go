@@ -174,7 +174,10 @@ func checkJailView(t *testing.T, r *Runtime, h *runtime.Handle, ids idmap.Range,
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := r.sandboxMachine(h.ID, meta)
+	m, err := r.sandboxMachine(h.ID, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
 	jc, err := qemu.JailConfig(r.o.qemu, "", m, ids)
 	if err != nil {
 		t.Fatal(err)

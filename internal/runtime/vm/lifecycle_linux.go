@@ -150,7 +150,10 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 	}
 	b.undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
 	tm.netUp = time.Now()
-	m := r.sandboxMachine(id, meta)
+	m, err := r.sandboxMachine(id, meta)
+	if err != nil {
+		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+	}
 	ids, err := r.sandboxIDs(dir)
 	if err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
@@ -249,12 +252,15 @@ func copySnapshotFiles(ctx context.Context, snap *snapshot.Snapshot, dir string,
 	return image.Qcow2Overlay(ctx, snap.Disk(), "qcow2", disk)
 }
 
-// sandboxMachine is the QEMU of sandbox id restoring into its own files.
-func (r *Runtime) sandboxMachine(id string, meta *snapshot.Meta) *qemu.Machine {
+// sandboxMachine is the QEMU of sandbox id restoring into its own files,
+// with the stubs of the kernel and initramfs (see qemu.RestoreStubs).
+func (r *Runtime) sandboxMachine(id string, meta *snapshot.Meta) (*qemu.Machine, error) {
 	dir := r.sandboxDir(id)
 	m := meta.Snapshot(dir).Machine("moat-"+id, dir, r.tscKHz)
 	m.Disk, m.MemPath, m.MemShared, m.Incoming = filepath.Join(dir, "disk.qcow2"), filepath.Join(dir, "mem"), true, true
-	return m
+	var err error
+	m.Kernel, m.Initramfs, err = qemu.RestoreStubs(m.Kernel, m.Initramfs)
+	return m, err
 }
 
 // Kill implements runtime.Runtime: QMP quit, then SIGKILL; network, cgroup

@@ -223,7 +223,10 @@ func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *sna
 	}
 	undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
 	tm.netUp = time.Now()
-	m := r.sandboxMachine(id, meta)
+	m, err := r.sandboxMachine(id, meta)
+	if err != nil {
+		return nil, false, err
+	}
 	ids, err := r.sandboxIDs(r.sandboxDir(id))
 	if err != nil {
 		return nil, false, err

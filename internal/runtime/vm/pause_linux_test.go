@@ -259,6 +259,9 @@ func TestRecoverPaused(t *testing.T) {
 	if err := r.Pause(ctx, h.ID); err != nil {
 		t.Fatal(err)
 	}
+	// A server that restarts has finished its background teardown or
+	// died: r's must not run into r2's resume.
+	waitTornDown(t, r, h.ID)
 	r2 := restarted(t, r)
 	hs, err := r2.Recover(ctx, []string{h.ID})
 	if err != nil {

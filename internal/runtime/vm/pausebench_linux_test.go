@@ -280,7 +280,10 @@ func baselineResume(ctx context.Context, r *Runtime, id string, h *runtime.Handl
 	if !ok {
 		return fmt.Errorf("no network for %s", id)
 	}
-	m := r.sandboxMachine(id, meta)
+	m, err := r.sandboxMachine(id, meta)
+	if err != nil {
+		return err
+	}
 	m.MemShared = false
 	ids, err := r.sandboxIDs(r.sandboxDir(id))
 	if err != nil {

@@ -239,6 +239,7 @@ func TestCreateRunPauseKill(t *testing.T) {
 		t.Fatalf("guest kernel %q, host kernel %q: want a different kernel", guestUname, hostUname)
 	}
 	t.Logf("guest kernel %s, host kernel %s", strings.TrimSpace(guestUname), strings.TrimSpace(string(hostUname)))
+	checkRestoreStubs(t, h)
 	// After a restore the guest reseeded its CRNG and took the host's time.
 	console := qemu.TailFile(filepath.Join(r.sandboxDir(h.ID), "console.log"), 4096)
 	if !strings.Contains(console, guestinit.RestoredMarker+": crng reseeded") {
@@ -272,7 +273,24 @@ func TestCreateRunPauseKill(t *testing.T) {
 	if code, err := health(h, 5*time.Second); err != nil || code != http.StatusNoContent {
 		t.Fatalf("/health after resume = %d, %v", code, err)
 	}
+	checkRestoreStubs(t, h)
 	killAndCheck(t, r, h)
+}
+
+// checkRestoreStubs: the QEMU of a restored sandbox was given the stubs of
+// the kernel and initramfs (qemu.RestoreStubs), not the 24 MiB of both.
+func checkRestoreStubs(t *testing.T, h *runtime.Handle) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", h.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(string(b), "\x00")
+	for i, a := range args[:len(args)-1] {
+		if (a == "-kernel" || a == "-initrd") && !strings.HasSuffix(args[i+1], ".restore-stub") {
+			t.Errorf("restored QEMU got %s %s, want its restore stub", a, args[i+1])
+		}
+	}
 }
 
 func TestClonesDivergeAndCrashAlone(t *testing.T) {

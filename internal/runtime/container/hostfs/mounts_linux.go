@@ -1,8 +1,10 @@
 package hostfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -133,4 +135,19 @@ func RemoveDir(dir string) error {
 func isMountPoint(p string) (bool, error) {
 	points, err := mountinfo.Points()
 	return slices.Contains(points, p), err
+}
+
+// Tail returns up to n bytes from the end of a file (an envd log, for
+// error messages), without surrounding white space.
+func Tail(path string, n int64) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > n {
+		_, _ = f.Seek(-n, io.SeekEnd)
+	}
+	b, err := io.ReadAll(f)
+	return string(bytes.TrimSpace(b)), err
 }
