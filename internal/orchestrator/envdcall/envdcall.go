@@ -79,6 +79,12 @@ func (c *Client) Init(ctx context.Context, addr netip.Addr, sb store.Sandbox, tc
 		}
 		healthy = time.Since(start)
 		_, err = c.postInit(ctx, addr, body, current, in.EgressCA != "")
+		// The first request may have reached envd, which then took the
+		// sandbox's new access token, and only its answer was lost (a
+		// loaded host): the retry proves the new token instead.
+		if errors.Is(err, errInitRefused) && in.AccessToken != nil && *in.AccessToken != current {
+			_, err = c.postInit(ctx, addr, body, *in.AccessToken, in.EgressCA != "")
+		}
 	}
 	if err != nil {
 		return err
@@ -119,6 +125,9 @@ func initRequest(sb store.Sandbox, tc store.TemplateConfig) state.Init {
 	return in
 }
 
+// errInitRefused marks envd's 401 to an /init: it holds another access token.
+var errInitRefused = errors.New("envd refused the access token")
+
 // postInit POSTs body to envd's /init; reached is false when no answer came
 // (the error is then the transport's). With withCA, envd must confirm that
 // it installed the egress CA (an older envd ignores the field).
@@ -138,8 +147,11 @@ func (c *Client) postInit(ctx context.Context, addr netip.Addr, body []byte, cur
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusOK {
-		return true, fmt.Errorf("envd init: status %d: %s: %w", resp.StatusCode, bytes.TrimSpace(msg),
-			FromEnvd(errhttp.ToNative(resp.StatusCode)))
+		kind := FromEnvd(errhttp.ToNative(resp.StatusCode))
+		if resp.StatusCode == http.StatusUnauthorized {
+			kind = errors.Join(kind, errInitRefused)
+		}
+		return true, fmt.Errorf("envd init: status %d: %s: %w", resp.StatusCode, bytes.TrimSpace(msg), kind)
 	}
 	if withCA && resp.Header.Get(state.EgressCAHeader) != state.EgressCAInstalled {
 		return true, errdefs.Publicf(errdefs.ErrNotImplemented, "network.rules: the envd in this sandbox's template "+

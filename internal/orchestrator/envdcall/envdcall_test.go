@@ -329,3 +329,53 @@ func TestInitEgressCA(t *testing.T) {
 		})
 	}
 }
+
+// TestInitRetryAfterLostAnswer plays a loaded host: envd applies the first
+// /init (taking the sandbox's new access token) but its answer never
+// arrives. The retry must then prove the new token, which envd demands,
+// instead of failing with envd's 401.
+func TestInitRetryAfterLostAnswer(t *testing.T) {
+	for _, current := range []string{"", "old-token"} {
+		t.Run("current="+current, func(t *testing.T) {
+			var mu sync.Mutex
+			token, inits := current, 0
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				defer mu.Unlock()
+				switch r.URL.Path {
+				case "/health":
+					w.WriteHeader(http.StatusNoContent)
+				case "/init":
+					inits++
+					if token != "" && r.Header.Get("X-Access-Token") != token {
+						http.Error(w, `{"code":401,"message":"unauthorized"}`, http.StatusUnauthorized)
+						return
+					}
+					var in state.Init
+					_ = json.NewDecoder(r.Body).Decode(&in)
+					if in.AccessToken != nil {
+						token = *in.AccessToken
+					}
+					if inits == 1 { // applied, then the connection drops before the answer
+						conn, _, err := w.(http.Hijacker).Hijack()
+						if err == nil {
+							conn.Close()
+						}
+						return
+					}
+					w.WriteHeader(http.StatusNoContent)
+				}
+			})
+			c, addr := serve(t, h, waiter{}, 10*time.Second)
+			sb := store.Sandbox{ID: "s1", Secure: true, EnvdAccessToken: "new-token"}
+			if err := c.Init(context.Background(), addr, sb, store.TemplateConfig{}, current); err != nil {
+				t.Fatalf("Init after a lost answer: %v", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if token != "new-token" || inits != 3 {
+				t.Fatalf("envd holds token %q after %d /init requests; want new-token after 3 (lost, refused, proved)", token, inits)
+			}
+		})
+	}
+}
