@@ -43,9 +43,8 @@ func RestoreStubs(kernel, initramfs string) (string, string, error) {
 		setupSects = 4
 	}
 	head := make([]byte, (setupSects+1)*512+stubPayload)
-	n, err := f.ReadAt(head, 0)
-	if n < len(head) {
-		return kernel, initramfs, nil // too short to stub: keep the original
+	if _, err := f.ReadAt(head, 0); err != nil {
+		return kernel, initramfs, nil // too short to stub (io.EOF): keep the original
 	}
 	sk, si := kernel+".restore-stub", filepath.Join(filepath.Dir(initramfs), filepath.Base(initramfs)+".restore-stub")
 	if err := writeOnce(sk, head); err != nil {
