@@ -8,7 +8,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -30,25 +29,10 @@ import (
 // global (one rwsem for every hierarchy), set by remounting the cgroup2
 // mount.
 
-var favorOnce struct {
-	sync.Once
-	changed bool
-	err     error
-}
-
-// FavorDynMods turns on favordynmods on the host's cgroup2 mount (the
-// unified tree, or /sys/fs/cgroup/unified on a hybrid host), once per
-// process. changed is false when it was on already or there is no cgroup2
-// mount (a v1-only host: nothing to do); err is the remount's failure
-// (an older kernel answers EINVAL), which callers log and go on without.
-func FavorDynMods() (changed bool, err error) {
-	favorOnce.Do(func() {
-		favorOnce.changed, favorOnce.err = favorDynMods("/proc/self/mountinfo")
-	})
-	return favorOnce.changed, favorOnce.err
-}
-
-func favorDynMods(mountinfoPath string) (bool, error) {
+// favorDynMods remounts the first cgroup2 mount listed in mountinfoPath
+// with favordynmods; changed is false when it was on already or there is
+// no cgroup2 mount.
+func favorDynMods(mountinfoPath string) (changed bool, err error) {
 	f, err := os.Open(mountinfoPath)
 	if err != nil {
 		return false, fmt.Errorf("cgroup favordynmods: %w", err)
@@ -116,20 +100,22 @@ func parseCgroup2(line string) (remount, bool) {
 	return r, true
 }
 
-// TuneHost is FavorDynMods for a runtime backend's constructor: it logs a
-// change (once per process, as FavorDynMods acts once) and a failure,
-// which is not fatal: creates are slower, nothing else.
+// TuneHost turns on favordynmods on the host's cgroup2 mount (the unified
+// tree, or /sys/fs/cgroup/unified on a hybrid host) for a runtime
+// backend's constructor, once per process, and logs a change or a
+// failure. A failure (an older kernel answers EINVAL) is not fatal:
+// creates are slower, nothing else. A v1-only host has no cgroup2 mount:
+// nothing to do.
 func TuneHost(ctx context.Context, log *slog.Logger) {
-	changed, err := FavorDynMods()
-	if !logOnce.CompareAndSwap(false, true) {
-		return
-	}
-	switch {
-	case err != nil:
-		log.WarnContext(ctx, "cgroup2 favordynmods not set: each move of a process into a sandbox's cgroup waits for an RCU grace period", "err", err)
-	case changed:
-		log.InfoContext(ctx, "cgroup2 remounted with favordynmods: moving a process into a sandbox's cgroup no longer waits for an RCU grace period (forks and exits use a shared counter instead)")
-	}
+	tuneOnce.Do(func() {
+		changed, err := favorDynMods("/proc/self/mountinfo")
+		switch {
+		case err != nil:
+			log.WarnContext(ctx, "cgroup2 favordynmods not set: each move of a process into a sandbox's cgroup waits for an RCU grace period", "err", err)
+		case changed:
+			log.InfoContext(ctx, "cgroup2 remounted with favordynmods: moving a process into a sandbox's cgroup no longer waits for an RCU grace period (forks and exits use a shared counter instead)")
+		}
+	})
 }
 
-var logOnce atomic.Bool
+var tuneOnce sync.Once

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // A restore (-incoming) never runs the guest kernel and initramfs QEMU is
@@ -21,11 +22,29 @@ import (
 // stubPayload is how much of the kernel beyond its setup sectors a stub keeps.
 const stubPayload = 4096
 
+// stubs remembers RestoreStubs' answers by kernel and initramfs path: the
+// files are written once, not read again by every create and resume.
+var stubs sync.Map // [2]string → [2]string
+
 // RestoreStubs returns stub copies of kernel and initramfs for restores,
 // written beside them on first use (the same bytes every time, so
 // concurrent writers agree). A kernel that is no bzImage gets no stub:
 // the originals are returned.
 func RestoreStubs(kernel, initramfs string) (string, string, error) {
+	key := [2]string{kernel, initramfs}
+	if v, ok := stubs.Load(key); ok {
+		p := v.([2]string)
+		return p[0], p[1], nil
+	}
+	k, i, err := makeStubs(kernel, initramfs)
+	if err == nil {
+		stubs.Store(key, [2]string{k, i})
+	}
+	return k, i, err
+}
+
+// makeStubs is RestoreStubs without the memory.
+func makeStubs(kernel, initramfs string) (string, string, error) {
 	f, err := os.Open(kernel)
 	if err != nil {
 		return "", "", fmt.Errorf("kernel stub: %w", err)
