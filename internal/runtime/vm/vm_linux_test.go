@@ -240,6 +240,11 @@ func TestCreateRunPauseKill(t *testing.T) {
 	}
 	t.Logf("guest kernel %s, host kernel %s", strings.TrimSpace(guestUname), strings.TrimSpace(string(hostUname)))
 	checkRestoreStubs(t, h)
+	// TCG guests run without ASLR (qemu.Machine.KernelArgs: translations
+	// are cached per virtual address).
+	if out, err := run(h, "user", 30*time.Second, "cat", "/proc/sys/kernel/randomize_va_space"); err != nil || strings.TrimSpace(out) != "0" {
+		t.Errorf("randomize_va_space in a TCG guest = %q, %v; want 0", out, err)
+	}
 	// After a restore the guest reseeded its CRNG and took the host's time.
 	console := qemu.TailFile(filepath.Join(r.sandboxDir(h.ID), "console.log"), 4096)
 	if !strings.Contains(console, guestinit.RestoredMarker+": crng reseeded") {

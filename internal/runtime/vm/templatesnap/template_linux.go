@@ -121,7 +121,7 @@ func (t *Set) Ensure(ctx context.Context, spec runtime.Spec) (*snapshot.Snapshot
 	// names the snapshot (short: the QMP socket path inside has to stay
 	// under 108 bytes); meta spells it out.
 	meta := fmt.Sprintf("memory %d MiB\nvcpus %d\naccel %s\nboot %s %s\ncmdline %s\nimage %s\n", spec.MemoryMiB, spec.VCPUs,
-		accel, bf.Version, bf.Key, (&qemu.Machine{TSCkHz: t.TSCkHz}).KernelArgs(), image.ImageName)
+		accel, bf.Version, bf.Key, (&qemu.Machine{TSCkHz: t.TSCkHz, Accel: accel}).KernelArgs(), image.ImageName)
 	if !t.ColdSnapshot {
 		meta += warmMetaLine + "\n"
 	}
