@@ -50,6 +50,11 @@ func TestWarmPool(t *testing.T) {
 		if !env.Runtime.Background(id) {
 			t.Fatalf("warm member %s was not made in the background", id)
 		}
+		// The warm-up /init: the template's values, no access token.
+		if in, ok := env.Runtime.Init(id); !ok || in.AccessToken != nil || in.DefaultUser != "user" ||
+			in.Internal["E2B_SANDBOX_ID"] != id || in.Timestamp == nil {
+			t.Fatalf("warm-up /init of member %s: %+v %v", id, in, ok)
+		}
 	}
 
 	// A create takes one and applies the request to it.

@@ -56,13 +56,13 @@ func New(sh Shared) *cobra.Command {
 				dens.DataDir, dens.Template, dens.Backends = dataDir, tmpl, sh.Backends()
 				return density.Run(cmd, dens, benchServerWith)
 			}
+			if start && verbose {
+				serverLogLevel = slog.LevelDebug
+			}
 			if start && startRT == vm.Name {
 				return benchStartVM(cmd, dataDir, sh.Backends(), tmpl, n)
 			}
 			if start {
-				if verbose {
-					serverLogLevel = slog.LevelDebug
-				}
 				return benchStart(cmd, dataDir, sh.Backends(), tmpl, n)
 			}
 			if tplBuild {
