@@ -26,15 +26,20 @@ function readyMembers(log) {
   return [...log.matchAll(/warm pool: member ready.*?sandboxID=(\w+)/g)].map((m) => m[1])
 }
 
+// waitReady waits until the server's pool of template has n members ready,
+// as `moat sandbox list --pool` reports it (the log's last "member ready"
+// line is stale once a member was handed out: rounds timed after it found
+// the pool short and were partly unpooled).
 async function waitReady(srv, n, what) {
   const deadline = Date.now() + 240_000
+  let last = ''
   while (Date.now() < deadline) {
-    const m = srv.log.match(/warm pool: member ready.*?ready=(\d+)/g) || []
-    const last = m.length ? Number(/ready=(\d+)/.exec(m[m.length - 1])[1]) : 0
-    if (last >= n) return
+    last = (await runMoat(['sandbox', 'list', '--pool'])).stdout
+    const m = new RegExp(`^${template}\\s+\\d+\\s+(\\d+)$`, 'm').exec(last)
+    if (m && Number(m[1]) >= n) return
     await sleep(200)
   }
-  throw new Error(`${what}: the pool never had ${n} ready members\n${srv.log.slice(-3000)}`)
+  throw new Error(`${what}: the pool never had ${n} ready members (last: ${last})\n${srv.log.slice(-3000)}`)
 }
 
 async function createToFirstCommand() {
@@ -83,10 +88,13 @@ test('warm pool: hand-out, no reuse, not listed, no leaks after a crash', { time
   assert.notEqual(next.sandboxId, sbx.sandboxId)
   await waitReady(server, 2, 'refill again')
 
-  // Create→first command with the pool (median of 5).
+  // Create→first command with the pool (median of 5), each a hand-out.
+  const handOuts = () => (server.log.match(/sandbox created from the warm pool/g) || []).length
   const pooled = []
   for (let i = 0; i < 5; i++) {
+    const before = handOuts()
     pooled.push(await createToFirstCommand())
+    assert.equal(handOuts(), before + 1, `pooled round ${i} did not take a warm member`)
     await waitReady(server, 2, 'refill between rounds')
   }
 
