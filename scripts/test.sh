@@ -49,7 +49,22 @@ export MOAT_BIN="$repo/bin/moat"
 # Every e2e server's full log lands here; the tail is printed when a suite fails.
 export MOAT_E2E_LOG_DIR="${MOAT_E2E_LOG_DIR:-$(mktemp -d /tmp/moat-e2e-logs.XXXXXX)}"
 
-log() { printf '==> %s\n' "$*" >&2; }
+# log prints a phase heading with the time since the start; the phases'
+# durations are listed again at the end (a slow host shows where it lost).
+phase_names=() phase_starts=()
+log() {
+  local msg="$*"
+  printf '==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$msg" >&2
+  phase_names+=("${msg:0:90}") phase_starts+=("$SECONDS")
+}
+phase_times() {
+  local i end
+  printf '==> phase durations (total %dm%02ds):\n' $((SECONDS / 60)) $((SECONDS % 60)) >&2
+  for i in "${!phase_names[@]}"; do
+    end=${phase_starts[$((i + 1))]:-$SECONDS}
+    printf '%6ds  %s\n' $((end - phase_starts[i])) "${phase_names[$i]}" >&2
+  done
+}
 
 # Anything this script (or the suites it runs) leaves running is stopped on
 # exit. The suites stop their own servers; this catches the rest by PID.
@@ -247,6 +262,7 @@ if [ -n "$leaks" ]; then
   failed+=("leak check")
 fi
 
+phase_times
 if [ "${#failed[@]}" -gt 0 ]; then
   log "FAILED: ${failed[*]}"
   exit 1

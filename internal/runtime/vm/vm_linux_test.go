@@ -245,6 +245,11 @@ func TestCreateRunPauseKill(t *testing.T) {
 	if out, err := run(h, "user", 30*time.Second, "cat", "/proc/sys/kernel/randomize_va_space"); err != nil || strings.TrimSpace(out) != "0" {
 		t.Errorf("randomize_va_space in a TCG guest = %q, %v; want 0", out, err)
 	}
+	// ... and trust the TSC (tsc=reliable): on the jiffies clocksource an
+	// idle guest takes 250 timer interrupts a second per vCPU.
+	if out, err := run(h, "user", 30*time.Second, "cat", "/sys/devices/system/clocksource/clocksource0/current_clocksource"); err != nil || strings.TrimSpace(out) != "tsc" {
+		t.Errorf("clocksource of a TCG guest = %q, %v; want tsc", out, err)
+	}
 	// After a restore the guest reseeded its CRNG and took the host's time.
 	console := qemu.TailFile(filepath.Join(r.sandboxDir(h.ID), "console.log"), 4096)
 	if !strings.Contains(console, guestinit.RestoredMarker+": crng reseeded") {

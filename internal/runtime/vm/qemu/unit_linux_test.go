@@ -18,12 +18,12 @@ func TestMachineArgs(t *testing.T) {
 	}{
 		{name: "template boot", mod: func(m *Machine) { m.MemShared = true },
 			want: []string{"-accel tcg,tb-size=128 -cpu max", "share=on", "-M microvm,memory-backend=mem0", "tsc_early_khz=2096007",
-				"-no-reboot", "reboot=t", "spawn=deny", "norandmaps",
+				"-no-reboot", "reboot=t", "spawn=deny", "norandmaps", "tsc=reliable",
 				"-chardev socket,id=con0,path=/c.sock,server=on,wait=on -serial chardev:con0", "ifname=tap0", "mac=" + guestnet.GuestMAC, "-smp 2 -m 256"},
 			notWant: []string{"-incoming"}},
 		{name: "restore", mod: func(m *Machine) { m.Incoming, m.MemShared = true, true }, want: []string{"share=on", "-S -incoming defer"}},
 		{name: "private memory", mod: func(m *Machine) {}, want: []string{"share=off"}},
-		{name: "kvm", mod: func(m *Machine) { m.Accel = "kvm" }, want: []string{"-accel kvm -cpu host"}, notWant: []string{"tb-size", "norandmaps"}},
+		{name: "kvm", mod: func(m *Machine) { m.Accel = "kvm" }, want: []string{"-accel kvm -cpu host"}, notWant: []string{"tb-size", "norandmaps", "tsc=reliable"}},
 		{name: "no tsc", mod: func(m *Machine) { m.TSCkHz = 0 }, notWant: []string{"tsc_early_khz"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
