@@ -190,7 +190,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 	}
 	tm.restored = time.Now()
 	h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: p.Pid}
-	if err := guestenvd.WaitHealth(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
+	if err := guestenvd.WaitRestored(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w (console: %q)", id, err, p.Con.Tail(1024))
 	}
 	tm.health = time.Now()

@@ -262,7 +262,7 @@ func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *sna
 		return h, true, err
 	}
 	tm.restored = time.Now()
-	if err := guestenvd.WaitHealth(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
+	if err := guestenvd.WaitRestored(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
 		return h, true, fmt.Errorf("%w (console: %q)", err, p.Con.Tail(1024))
 	}
 	tm.health = time.Now()

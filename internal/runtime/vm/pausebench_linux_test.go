@@ -315,7 +315,7 @@ func baselineResume(ctx context.Context, r *Runtime, id string, h *runtime.Handl
 	if err := c.Execute(ctx, "cont", nil, nil); err != nil {
 		return err
 	}
-	return guestenvd.WaitHealth(ctx, envdAddr(h), r.o.readyTimeout)
+	return guestenvd.WaitRestored(ctx, envdAddr(h), r.o.readyTimeout)
 }
 
 // hostDirtyMiB is /proc/meminfo's Dirty: memory waiting to be written

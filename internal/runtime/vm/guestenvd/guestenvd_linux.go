@@ -18,11 +18,28 @@ import (
 // Port is where envd listens inside the guest.
 const Port = 49983
 
-// WaitHealth polls envd's /health at addr until it answers 204.
+// WaitHealth polls envd's /health at addr until it answers 204, giving up
+// on each attempt after 500 ms: a booting guest whose network is not up yet
+// leaves the host's ARP and SYN unanswered, and a new attempt goes out once
+// it is.
 func WaitHealth(ctx context.Context, addr string, timeout time.Duration) error {
+	return waitHealth(ctx, addr, timeout, 500*time.Millisecond)
+}
+
+// WaitRestored is WaitHealth for a guest just restored from a snapshot,
+// whose network and envd are up from its first instant: a slow answer is a
+// busy guest (a new QEMU translates everything afresh under TCG), not a
+// lost packet, so each attempt waits up to 3 s instead of abandoning the
+// guest's work on it every 500 ms. Measured: 20 microVM creates at once
+// 13.4–18.6 s → 12.2–13.0 s.
+func WaitRestored(ctx context.Context, addr string, timeout time.Duration) error {
+	return waitHealth(ctx, addr, timeout, 3*time.Second)
+}
+
+func waitHealth(ctx context.Context, addr string, timeout, attempt time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cl := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+	cl := &http.Client{Timeout: attempt, Transport: &http.Transport{DisableKeepAlives: true}}
 	url := "http://" + addr + "/health"
 	var last error
 	for {

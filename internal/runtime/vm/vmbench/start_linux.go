@@ -207,7 +207,7 @@ func (r *starter) benchRestore(ctx context.Context, snap *snapshot.Snapshot, f *
 		return err
 	}
 	t3 := time.Now()
-	if err := guestenvd.WaitHealth(ctx, g.addr, r.ReadyTimeout); err != nil {
+	if err := guestenvd.WaitRestored(ctx, g.addr, r.ReadyTimeout); err != nil {
 		return fmt.Errorf("%w (console: %q)", err, p.Con.Tail(1024))
 	}
 	t4 := time.Now()
