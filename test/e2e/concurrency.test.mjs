@@ -14,8 +14,12 @@ const N = Number(process.env.MOAT_E2E_CONCURRENCY || 20)
 test(`${N} sandboxes created concurrently all answer; nothing leaks after kill`, { timeout: 600_000 }, async (t) => {
   const tag = randomUUID()
   const t0 = Date.now()
+  // requestTimeoutMs: the SDK's own 60 s would cut the last creates of the
+  // burst short first (a slow CI host's twentieth microVM create, queued
+  // behind admission, took longer); these sandboxes' later calls inherit it
+  // and are bounded by the test's own timeouts.
   const results = await Promise.allSettled(
-    Array.from({ length: N }, (_, i) => createSandbox(t, { metadata: { suite: 'concurrency', tag, i: String(i) } }, { withinMs: 400_000 })),
+    Array.from({ length: N }, (_, i) => createSandbox(t, { metadata: { suite: 'concurrency', tag, i: String(i) }, requestTimeoutMs: 400_000 }, { withinMs: 400_000 })),
   )
   const created = results.filter((r) => r.status === 'fulfilled').map((r) => r.value)
   const failed = results.filter((r) => r.status === 'rejected').map((r) => String(r.reason?.message || r.reason))

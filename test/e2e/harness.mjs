@@ -261,13 +261,10 @@ export function useServer() {
 
 // createSandbox creates a sandbox and registers its kill on the test context,
 // so a failing test does not leak it. Sandboxes get a bounded lifetime too.
-// withinMs is the SDK's request timeout as well: the SDK's own default (60 s)
-// would otherwise cut a create short first (a slow CI host's twentieth of 20
-// microVM creates at once, queued behind admission, took longer than that).
 export async function createSandbox(t, opts = {}, { withinMs = 120_000 } = {}) {
   if (serverReady) await serverReady
   const sbx = await within(withinMs, 'Sandbox.create', () =>
-    Sandbox.create(template, { timeoutMs: 600_000, requestTimeoutMs: withinMs, ...opts }),
+    Sandbox.create(template, { timeoutMs: 600_000, ...opts }),
   )
   if (t?.after) t.after(() => killQuietly(sbx.sandboxId))
   else fileSandboxes.add(sbx.sandboxId)
