@@ -5,6 +5,8 @@
 // Environment (besides the harness's):
 //   MOAT_E2E_INTERPRETER_TEMPLATE  template to use (default: the SDK's
 //                                  default, code-interpreter-v1)
+// Error bodies in SandboxError messages (the SDK adds them for source "ci").
+process.env.E2B_USER_AGENT_SOURCE ??= 'ci'
 import { test, describe, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 
@@ -64,6 +66,25 @@ describe('code interpreter', () => {
     const ex = await timed(t, 'x += 1; x', () => run(sbx, 'x += 1; x'))
     assert.equal(ex.error, undefined, JSON.stringify(ex.error))
     assert.equal(ex.text, '2')
+  })
+
+  // On microVMs the template snapshot is taken once envd's default Python
+  // context is up, so every clone wakes up with a running kernel (and
+  // reseeds its random module before the first execution).
+  test('a new sandbox has its python context at once; clones draw different random numbers', { timeout: 240_000 }, async (t) => {
+    const other = await createInterpreter(t)
+    if (process.env.MOAT_E2E_RUNTIME === 'vm') {
+      const listed = await timed(t, 'listCodeContexts right after create', () =>
+        within(30_000, 'listCodeContexts', () => other.listCodeContexts()))
+      assert.ok(listed.some((c) => c.language === 'python'),
+        `the snapshot holds the default python context: ${JSON.stringify(listed)}`)
+    }
+    const draw = 'import random\nrandom.getrandbits(64)'
+    const [a, b] = await timed(t, 'random.getrandbits(64) in two sandboxes', () =>
+      Promise.all([run(sbx, draw), run(other, draw)]))
+    assert.equal(a.error, undefined, JSON.stringify(a.error))
+    assert.ok(a.text && b.text, `results: ${a.text} ${b.text}`)
+    assert.notEqual(a.text, b.text, 'two sandboxes of one template draw the same random numbers')
   })
 
   test('stdout and stderr stream to callbacks while code runs', { timeout: 120_000 }, async (t) => {

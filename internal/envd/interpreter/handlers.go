@@ -205,25 +205,33 @@ func (s *Service) execute(ctx context.Context, c *execContext, code string, envV
 	}
 }
 
-// loadEnv sets envd's env vars in a context before its first execution.
+// loadEnv runs the language's firstRun code and sets envd's env vars in a
+// context before its first execution (after a kernel restart too), in one
+// silent execution.
 func (s *Service) loadEnv(ctx context.Context, c *execContext, r runner) {
 	c.mu.Lock()
 	loaded := c.envLoaded
 	c.envLoaded = true
 	c.mu.Unlock()
-	if loaded || s.cfg.Env == nil {
+	if loaded {
 		return
 	}
+	code := c.lang.firstRun
 	env := map[string]string{}
-	for k, v := range s.cfg.Env() {
-		if validEnvKey(k) {
-			env[k] = v
+	if s.cfg.Env != nil {
+		for k, v := range s.cfg.Env() {
+			if validEnvKey(k) {
+				env[k] = v
+			}
 		}
 	}
-	if len(env) == 0 {
+	if len(env) > 0 {
+		code = strings.TrimPrefix(code+"\n"+c.lang.setEnv(env), "\n")
+	}
+	if code == "" {
 		return
 	}
-	if err := r.runSilent(ctx, c.lang.setEnv(env)); err != nil {
+	if err := r.runSilent(ctx, code); err != nil {
 		s.log.Warn("set envd env vars", "ctx", c.ID, "err", err)
 	}
 }

@@ -25,6 +25,10 @@ type language struct {
 	spec func(cfg Config) (jupyter.Spec, error)
 	// startup is executed silently after every kernel start.
 	startup string
+	// firstRun is executed silently before a kernel's first execution:
+	// a kernel started before a template snapshot wakes up in every clone
+	// with the same state, its random module's seed included.
+	firstRun string
 	// setEnv returns code that saves the current values of env's keys and
 	// sets env; restoreEnv returns code that reverts the last setEnv.
 	setEnv     func(env map[string]string) string
@@ -41,6 +45,7 @@ var languages = map[string]language{
 		name:       "python",
 		spec:       func(cfg Config) (jupyter.Spec, error) { return checked(jupyter.PythonSpec(cfg.Python)) },
 		startup:    pythonStartup,
+		firstRun:   "import random as _moat_random\n_moat_random.seed()\ndel _moat_random",
 		setEnv:     pythonSetEnv,
 		restoreEnv: pythonRestoreEnv,
 	},

@@ -216,6 +216,9 @@ func (t *Set) takeSnapshot(ctx context.Context, img string, s *snapshot.Snapshot
 		if err := warmGuest(ctx, addr); err != nil {
 			t.Log.DebugContext(ctx, "template warm-up", "dir", s.Dir, "err", err)
 		}
+		if err := warmInterpreter(ctx, addr); err != nil {
+			t.Log.WarnContext(ctx, "template warm-up: no python context before the snapshot", "dir", s.Dir, "err", err)
+		}
 	}
 	t1 := time.Now()
 	down := p.Con.Watch(guestinit.LinkDownMarker)
