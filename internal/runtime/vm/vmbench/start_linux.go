@@ -23,6 +23,7 @@ import (
 	"github.com/moatsh/moat/internal/runtime/vm/image"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
+	"github.com/moatsh/moat/internal/runtime/vm/templatesnap"
 	"github.com/moatsh/moat/internal/sparse"
 )
 
@@ -89,6 +90,10 @@ func MeasureStart(ctx context.Context, b StartBench) (*StartFloors, error) {
 			return f, fmt.Errorf("start bench: raw restore: %w", err)
 		}
 		d, err := r.benchColdBoot(ctx, snap, img)
+		if errors.Is(err, templatesnap.ErrBootHung) && ctx.Err() == nil {
+			slog.WarnContext(ctx, "start bench: cold boot hung; booting once more", "err", err)
+			d, err = r.benchColdBoot(ctx, snap, img)
+		}
 		if err != nil {
 			return f, fmt.Errorf("start bench: cold boot: %w", err)
 		}
@@ -166,7 +171,7 @@ func (r *starter) benchColdBoot(ctx context.Context, snap *snapshot.Snapshot, im
 		return 0, err
 	}
 	if err := guestenvd.WaitHealth(ctx, g.addr, r.BootTimeout); err != nil {
-		return 0, fmt.Errorf("%w (console: %q)", err, p.Con.Tail(2048))
+		return 0, fmt.Errorf("%w: %w (console: %q)", templatesnap.ErrBootHung, err, p.Con.Tail(2048))
 	}
 	if err := benchRun(ctx, g.addr, "/bin/bash", "-l", "-c", "true"); err != nil {
 		return 0, err
