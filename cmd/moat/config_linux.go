@@ -17,6 +17,7 @@ import (
 type backendFlags struct {
 	oci, runsc, gvisorPlatform, gvisorNetwork, gvisorFlags string
 	vmAccel, vmInit, vmNFSD                                string
+	vmPrelaunch                                            int
 }
 
 func (b *backendFlags) register(cmd *cobra.Command) {
@@ -33,6 +34,8 @@ func (b *backendFlags) register(cmd *cobra.Command) {
 	f.StringVar(&b.vmAccel, "vm-accel", envOr("", "MOAT_VM_ACCEL"), "vm runtime accelerator: auto|kvm|tcg (env MOAT_VM_ACCEL; default auto)")
 	f.StringVar(&b.vmInit, "vminit", envOr("", "MOAT_VMINIT"),
 		"vm runtime: the moat-vminit binary (env MOAT_VMINIT; default: next to the moat binary, else on PATH)")
+	f.IntVar(&b.vmPrelaunch, "vm-prelaunch", 1,
+		"vm runtime: QEMUs launched ahead, waiting for the snapshot, per template and size that was created before; 0 turns them off (default 1)")
 	f.StringVar(&b.vmNFSD, "nfsd", envOr("", "MOAT_NFSD"),
 		"vm runtime: the moat-nfsd binary that serves volumes to microVMs (env MOAT_NFSD; default: next to the moat binary, else on PATH)")
 }
@@ -40,7 +43,7 @@ func (b *backendFlags) register(cmd *cobra.Command) {
 func (b *backendFlags) backends() runtime.Backends {
 	return runtime.Backends{OCIRuntime: b.oci, Runsc: b.runsc, GVisorPlatform: b.gvisorPlatform,
 		GVisorNetwork: b.gvisorNetwork, GVisorFlags: strings.Fields(b.gvisorFlags), VMAccel: b.vmAccel, VMInit: b.vmInit,
-		VMNFSD: b.vmNFSD}
+		VMNFSD: b.vmNFSD, VMPrelaunch: prelaunch(b.vmPrelaunch)}
 }
 
 // addEnvdFlag registers --envd (env MOAT_ENVD): the envd binary installed
@@ -48,4 +51,13 @@ func (b *backendFlags) backends() runtime.Backends {
 func addEnvdFlag(cmd *cobra.Command, dst *string) {
 	cmd.Flags().StringVar(dst, "envd", envOr("", template.EnvdEnv),
 		"envd binary to install into templates (env "+template.EnvdEnv+"; default: envd next to the moat binary)")
+}
+
+// prelaunch maps --vm-prelaunch to runtime.Backends.VMPrelaunch (where 0
+// means the default).
+func prelaunch(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

@@ -127,6 +127,45 @@ func TestCreateFailures(t *testing.T) {
 	}
 }
 
+// A create takes the ID of a sandbox the backend made ahead, with its
+// policy set before the runtime's Create; a failed one kills that ID.
+func TestCreatePrelaunched(t *testing.T) {
+	env := orchestratortest.New(t, orchestrator.Config{ReadyTimeout: 500 * time.Millisecond})
+	const slot = "islot0000000000000001"
+	env.Runtime.AddSlot(slot)
+	var egressFirst bool
+	env.Runtime.CreateF = func(spec runtime.Spec) error {
+		_, n := env.Runtime.Egress(spec.ID)
+		egressFirst = n > 0
+		return nil
+	}
+	sb := create(t, env, orchestrator.CreateRequest{AllowOut: []string{"10.0.0.0/8"}})
+	if sb.ID != slot || env.Runtime.State(slot) != "running" {
+		t.Fatalf("created %s (%s), want the slot %s", sb.ID, env.Runtime.State(slot), slot)
+	}
+	if !egressFirst {
+		t.Fatal("the slot's Create came before its egress policy")
+	}
+	if e, _ := env.Runtime.Egress(slot); len(e.Allow) != 1 {
+		t.Fatalf("slot's egress %+v", e)
+	}
+	if in, ok := env.Runtime.Init(slot); !ok || in.Internal["E2B_SANDBOX_ID"] != slot {
+		t.Fatalf("init of the slot %+v %v", in, ok)
+	}
+	if other := create(t, env, orchestrator.CreateRequest{}); other.ID == slot {
+		t.Fatal("a slot handed out twice")
+	}
+	const failing = "islot0000000000000002"
+	env.Runtime.AddSlot(failing)
+	env.Runtime.CreateF = func(runtime.Spec) error { return errdefs.ErrResourceExhausted }
+	if _, err := env.Orch.Create(context.Background(), orchestrator.CreateRequest{Team: team, Template: "base", Timeout: time.Minute}); err == nil {
+		t.Fatal("create succeeded")
+	}
+	if k := env.Runtime.Killed(); len(k) == 0 || k[len(k)-1] != failing {
+		t.Fatalf("killed %v, want the slot %s", k, failing)
+	}
+}
+
 // An envd that cannot be reached at the first /init (still starting) is
 // waited for through /health, then initialised once.
 func TestCreateWaitsForEnvd(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/orchestrator/sandboxspec"
+	"github.com/moatsh/moat/internal/randid"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/store"
 )
@@ -42,7 +43,7 @@ func (o *Orchestrator) Snapshot(ctx context.Context, team, id, name string) (sto
 	if err := sandboxspec.CheckSnapshotVolumes(sb); err != nil {
 		return store.Snapshot{}, err
 	}
-	snap := store.Snapshot{ID: "snap" + sandboxspec.RandomID(16), Team: sb.Team, Name: name, SandboxID: id, TemplateID: sb.TemplateID,
+	snap := store.Snapshot{ID: "snap" + randid.New(16), Team: sb.Team, Name: name, SandboxID: id, TemplateID: sb.TemplateID,
 		Alias: sb.Alias, Runtime: sb.Runtime, CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
 		DiskSizeMB: sb.DiskSizeMB, EnvVars: sb.EnvVars, EnvdAccessToken: sb.EnvdAccessToken}
 	release, err := o.admit(ctx, "snapshot", admission.Need{})

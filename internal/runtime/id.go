@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/randid"
 )
 
 // ValidateID checks that id can name host objects (directories, cgroups,
@@ -20,3 +21,7 @@ func ValidateID(id string, maxLen int) error {
 	}
 	return nil
 }
+
+// NewSandboxID is a new sandbox ID: "i" and 20 of [a-z0-9] (the
+// orchestrator's, and a backend's for sandboxes it makes ahead).
+func NewSandboxID() string { return "i" + randid.New(20) }

@@ -56,6 +56,17 @@ type Foregrounder interface {
 	Foreground(ctx context.Context, id string) error
 }
 
+// Prelauncher is implemented by backends that make sandboxes ahead of the
+// request up to the point where the request's own values are needed (the
+// microVM backend: files, network and a QEMU waiting for the snapshot).
+type Prelauncher interface {
+	// Prelaunched reserves a sandbox made ahead for spec (same template
+	// build and size; never for Spec.Snapshot or Spec.Volumes) and returns
+	// its ID, which the caller must use as Spec.ID: set its egress policy,
+	// then Create it, or Kill it. ok is false when there is none.
+	Prelaunched(spec Spec) (id string, ok bool)
+}
+
 // VolumeMount mounts host directory Source at Target in the sandbox.
 type VolumeMount struct {
 	Source string // absolute host path
@@ -208,6 +219,7 @@ type Backends struct {
 	VMAccel        string   // vm: "auto", "kvm" or "tcg" ("" = auto)
 	VMInit         string   // vm: the moat-vminit binary ("" = next to the running executable, else on PATH)
 	VMNFSD         string   // vm: the moat-nfsd binary that serves volumes ("" = next to the running executable, else on PATH)
+	VMPrelaunch    int      // vm: QEMUs launched ahead per template build and size (0 = the backend's default, negative = none)
 }
 
 var (

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/randid"
 )
 
 // Build states, as E2B's TemplateBuildStatus names them.
@@ -81,7 +82,7 @@ func (d *DB) RequestBuild(ctx context.Context, team, name string, cpuCount, memo
 		err = tx.QueryRowContext(ctx, `SELECT template_id, team FROM template_builds WHERE name = ?
 			ORDER BY created_at DESC LIMIT 1`, name).Scan(&tplID, &owner)
 		if errors.Is(err, sql.ErrNoRows) {
-			tplID, owner, err = randomID(20), team, nil
+			tplID, owner, err = randid.New(20), team, nil
 		}
 	}
 	if err != nil {

@@ -2,11 +2,12 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/moatsh/moat/internal/randid"
 )
 
 // Template is a built root filesystem sandboxes start from.
@@ -37,7 +38,7 @@ func (d *DB) UpsertTemplate(ctx context.Context, t Template) error {
 		return fmt.Errorf("upsert template: empty name: %w", errInvalid)
 	}
 	if t.ID == "" {
-		t.ID = randomID(20)
+		t.ID = randid.New(20)
 	}
 	now := time.Now()
 	_, err := d.w.ExecContext(ctx, `INSERT INTO templates (`+templateCols+`)
@@ -136,16 +137,4 @@ func scanTemplate(s scanner) (Template, error) {
 		t.LastSpawnedAt = &lt
 	}
 	return t, nil
-}
-
-const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-
-// randomID returns n characters of [a-z0-9].
-func randomID(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
-	}
-	return string(b)
 }

@@ -22,7 +22,9 @@ import (
 // (QEMU started by hand with -incoming defer, to QMP "running" and envd
 // healthy), with the commands `true` and `bash -l -c true` timed in the
 // restored guest. Then create→first command through an in-process server
-// on the vm runtime, unpooled and with a pool (each create finding it
+// on the vm runtime: unpooled with no QEMU launched ahead (--vm-prelaunch
+// 0, the baseline), unpooled with them (the next create's QEMU waits for
+// its snapshot, see vm's slots), and with a pool (each create finding it
 // full). Targets are printed beside the numbers, nothing asserts a time.
 
 // vmPoolSize is the pool of the pooled vm server: each pooled create
@@ -40,6 +42,16 @@ func benchStartVM(cmd *cobra.Command, dataDir string, be runtime.Backends, tmpl 
 	}
 	unpooled := startSeries{total: bench.Series{Name: "unpooled"}}
 	pooled := startSeries{total: bench.Series{Name: fmt.Sprintf("pooled (pool of %d)", vmPoolSize)}}
+	var bare *startSeries // unpooled with no QEMU launched ahead, when the others have them
+	if be.VMPrelaunch >= 0 {
+		unpooled.total.Name = "unpooled (QEMU launched ahead)"
+		bare = &startSeries{total: bench.Series{Name: "unpooled, --vm-prelaunch 0"}}
+		nb := be
+		nb.VMPrelaunch = -1
+		if err := vmCreates(ctx, dataDir, nb, tmpl, n, nil, bare); err != nil {
+			return fmt.Errorf("bench: unpooled without prelaunch: %w", err)
+		}
+	}
 	if err := vmCreates(ctx, dataDir, be, tmpl, n, nil, &unpooled); err != nil {
 		return fmt.Errorf("bench: unpooled: %w", err)
 	}
@@ -47,7 +59,7 @@ func benchStartVM(cmd *cobra.Command, dataDir string, be runtime.Backends, tmpl 
 	if err := vmCreates(ctx, dataDir, be, tmpl, n, pools, &pooled); err != nil {
 		return fmt.Errorf("bench: pooled: %w", err)
 	}
-	printStartVM(cmd.OutOrStdout(), tmpl, floors, unpooled, pooled)
+	printStartVM(cmd.OutOrStdout(), tmpl, floors, unpooled, pooled, bare)
 	fmt.Fprintf(cmd.OutOrStdout(), "(benchmark took %s)\n", time.Since(began).Round(time.Second))
 	return nil
 }
@@ -79,7 +91,7 @@ func vmCreates(ctx context.Context, dataDir string, be runtime.Backends, tmpl st
 }
 
 // printStartVM writes the vm report with the issue's targets beside it.
-func printStartVM(w io.Writer, tmpl string, f *vmbench.StartFloors, unpooled, pooled startSeries) {
+func printStartVM(w io.Writer, tmpl string, f *vmbench.StartFloors, unpooled, pooled startSeries, bare *startSeries) {
 	fmt.Fprintf(w, "microVM runtime (TCG unless KVM works), template %s: create→first command through the REST API and envd\n", tmpl)
 	fmt.Fprintf(w, "(Go SDK CreateSandbox, then Run(\"true\") = /process.Process/Start of `bash -l -c true` via the proxy)\n")
 	line := func(name string, s []time.Duration, note string) {
@@ -106,6 +118,11 @@ func printStartVM(w io.Writer, tmpl string, f *vmbench.StartFloors, unpooled, po
 	line(unpooled.total.Name, unpooled.total.Samples,
 		fmt.Sprintf("%s  target p50 ≤ 0.4 s  %s", ratio(unpooled.total), verdict(u <= 400*time.Millisecond)))
 	unpooled.printParts(line)
+	if bare != nil {
+		line(bare.total.Name, bare.total.Samples, fmt.Sprintf("%s  (launched ahead ÷ this: %.2f)", ratio(bare.total),
+			float64(u)/max(float64(bare.total.Median()), 1)))
+		bare.printParts(line)
+	}
 	line(pooled.total.Name, pooled.total.Samples,
 		fmt.Sprintf("%s  target p50 ≤ 50 ms  %s", ratio(pooled.total), verdict(p <= 50*time.Millisecond)))
 	pooled.printParts(line)

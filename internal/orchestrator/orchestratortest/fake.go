@@ -29,6 +29,7 @@ var (
 	_ runtime.Runtime           = (*Runtime)(nil)
 	_ runtime.Snapshotter       = (*Runtime)(nil)
 	_ orchestrator.EgressSetter = (*Runtime)(nil)
+	_ runtime.Prelauncher       = (*Runtime)(nil)
 )
 
 // Runtime is a fake backend: sandboxes are map entries whose "envd" is one
@@ -48,6 +49,7 @@ type Runtime struct {
 	EgressF func(id string, e netpolicy.Egress) error
 
 	mu        sync.Mutex
+	slots     []string          // IDs Prelaunched hands out; guarded by mu
 	sandbox   map[string]string // id → state ("running", "paused"); guarded by mu
 	snaps     map[string]string // snapshot ID → the envd token inside it; guarded by mu
 	tokens    map[string]string // sandbox ID → the token its "envd" has
@@ -62,6 +64,21 @@ type Runtime struct {
 	egressN   map[string]int
 	ends      map[string]chan struct{} // closed when the sandbox's "process" ends; guarded by mu
 	bg        map[string]bool          // sandboxes created with Spec.Background and not foregrounded
+}
+
+// AddSlot makes Prelaunched hand out id once (a sandbox made ahead).
+func (r *Runtime) AddSlot(id string) { r.mu.Lock(); r.slots = append(r.slots, id); r.mu.Unlock() }
+
+// Prelaunched implements runtime.Prelauncher with the IDs of AddSlot.
+func (r *Runtime) Prelaunched(spec runtime.Spec) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.slots) == 0 || spec.Snapshot != "" || len(spec.Volumes) > 0 {
+		return "", false
+	}
+	id := r.slots[0]
+	r.slots = r.slots[1:]
+	return id, true
 }
 
 // SetEgress records the policy as netpolicy.Manager.SetEgress would apply it.

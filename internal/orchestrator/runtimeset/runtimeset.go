@@ -132,6 +132,25 @@ func (s *Set) Create(ctx context.Context, spec runtime.Spec) (*runtime.Handle, e
 	return rt.Create(ctx, spec)
 }
 
+// Prelaunched implements runtime.Prelauncher on the backend spec.Runtime
+// names, when it is one: the reserved ID is bound to that backend (a
+// failed create is killed by ID).
+func (s *Set) Prelaunched(spec runtime.Spec) (string, bool) {
+	rt, err := s.Named(spec.Runtime)
+	if err != nil {
+		return "", false
+	}
+	p, ok := rt.(runtime.Prelauncher)
+	if !ok {
+		return "", false
+	}
+	id, ok := p.Prelaunched(spec)
+	if ok {
+		s.bind(id, rt)
+	}
+	return id, ok
+}
+
 // Kill implements runtime.Runtime; an ID of no known backend is killed on
 // every backend (each removes what it has by that name; none is no error).
 func (s *Set) Kill(ctx context.Context, id string) error {

@@ -55,7 +55,7 @@ func fmtHours(d time.Duration) string {
 // Spec is the runtime.Spec of a new sandbox of tpl on the runtime called
 // rt, with a fresh ID; a size over a ceiling is ErrInvalidArgument.
 func (l Limits) Spec(tpl store.Template, rt string, allowInternet bool) (runtime.Spec, error) {
-	s := runtime.Spec{ID: "i" + RandomID(20), TemplateID: tpl.ID, RootfsDir: tpl.RootfsDir, Runtime: rt,
+	s := runtime.Spec{ID: runtime.NewSandboxID(), TemplateID: tpl.ID, RootfsDir: tpl.RootfsDir, Runtime: rt,
 		VCPUs: DefaultVCPUs, MemoryMiB: DefaultMemoryMiB, DiskMiB: DefaultDiskMiB, Pids: DefaultPids,
 		AllowInternet: allowInternet, Hostname: "e2b"}
 	if tpl.CPUCount > 0 {
@@ -76,18 +76,6 @@ func (l Limits) Spec(tpl store.Template, rt string, allowInternet bool) (runtime
 		}
 	}
 	return s, nil
-}
-
-const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-
-// RandomID is n random characters of [a-z0-9] (sandbox and snapshot IDs).
-func RandomID(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
-	}
-	return string(b)
 }
 
 // RandomHex is n random bytes in hex (access tokens).

@@ -43,7 +43,7 @@ func TestVM(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = np.Close() })
 	rt, err := vm.New(context.Background(), runtime.Config{DataDir: filepath.Join(dir, "data"), Logger: log},
-		vm.WithNetwork(np), vm.WithInit(initBin), vm.WithCgroupParent("/moatrv"))
+		vm.WithNetwork(np), vm.WithInit(initBin), vm.WithCgroupParent("/moatrv"), vm.WithPrelaunch(0))
 	if err != nil {
 		requirement(t, "vm runtime: "+err.Error())
 	}

@@ -2,6 +2,7 @@ package vm
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/moatsh/moat/internal/netpolicy"
@@ -25,7 +26,9 @@ func (r *Runtime) SetEgress(ctx context.Context, id string, e netpolicy.Egress) 
 // PruneTemplates removes the template images nothing needs any more (see
 // templatesnap.Set.Prune) and returns the bytes freed.
 func (r *Runtime) PruneTemplates(ctx context.Context, current []runtime.Spec, busy []string, minAge time.Duration) (int64, error) {
+	serr := r.dropStaleSlots(ctx, current)
 	st, err := r.tpl.Prune(ctx, current, busy, minAge)
+	err = errors.Join(serr, err)
 	if st.Dirs+st.Snapshots > 0 {
 		r.log.InfoContext(ctx, "template images pruned", "dirs", st.Dirs, "snapshots", st.Snapshots, "freed_mib", st.Bytes>>20)
 	}

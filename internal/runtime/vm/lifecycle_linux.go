@@ -11,6 +11,8 @@ import (
 
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/idmap"
+	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
@@ -94,7 +96,8 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	r.log.InfoContext(ctx, "sandbox created", "sandbox", id, "from", from, "addr", h.Addr, "pid", h.PID, "accel", snap.Accel,
 		"took", time.Since(start).Round(time.Millisecond), "snapshot", snapped.Sub(start).Round(time.Millisecond),
 		"copy", tm.copied.Sub(snapped).Round(time.Millisecond), "mem_data_mib", tm.memData>>20,
-		"net", between(tm.copied, tm.netUp), tm.phases())
+		"net", between(tm.copied, tm.netUp), "slot", tm.slot, tm.phases())
+	r.refillSlots(spec, snap)
 	return h, nil
 }
 
@@ -114,6 +117,7 @@ func (r *Runtime) sourceSnapshot(ctx context.Context, spec runtime.Spec) (*snaps
 type restoreTimes struct {
 	copied, netUp, launched, loaded, restored, health time.Time
 	memData                                           int64 // bytes of memory file data copied
+	slot                                              bool  // files, network and QEMU were a slot's (slots_linux.go)
 }
 
 // phases are the log attributes of what follows the network's setup:
@@ -124,48 +128,30 @@ func (tm *restoreTimes) phases() slog.Attr {
 		"marker", time.Since(tm.health).Round(time.Millisecond))
 }
 
-// restore gives sandbox spec.ID its files, network and QEMU, loads snap
-// into it and waits for envd and the guest's restore marker. Undos go onto
-// b.undo; b.mu is held.
+// restore gives sandbox spec.ID its files, network and QEMU (or takes
+// those of its slot, see slots_linux.go), loads snap into it and waits for
+// envd and the guest's restore marker. Undos go onto b.undo; b.mu is held.
 func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot.Snapshot, b *sandbox) (*runtime.Handle, restoreTimes, error) {
-	var tm restoreTimes
 	id := spec.ID
-	dir := r.sandboxDir(id)
 	have, err := image.Qcow2Size(snap.Disk())
 	if err != nil {
-		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+		return nil, restoreTimes{}, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	grow, err := image.DiskTarget(spec, have)
 	if err != nil {
-		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+		return nil, restoreTimes{}, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	meta, err := r.prepareDir(ctx, spec, snap, dir, b, &tm)
+	l, err := r.takeSlot(spec, snap, b)
 	if err != nil {
-		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+		return nil, restoreTimes{}, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	tm.copied = time.Now()
-	n, err := r.net.Setup(ctx, id, spec.AllowInternet)
-	if err != nil {
-		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
+	if l == nil {
+		if l, err = r.launch(ctx, spec, snap, b); err != nil {
+			return nil, restoreTimes{}, fmt.Errorf("sandbox %s: %w", id, err)
+		}
 	}
-	b.undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
-	tm.netUp = time.Now()
-	m, err := r.sandboxMachine(id, meta)
-	if err != nil {
-		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	ids, err := r.sandboxIDs(dir)
-	if err != nil {
-		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	lim := launch.Limits(meta.MemMiB, meta.VCPUs)
-	lim.Background = spec.Background
-	p, c, err := r.launcher.Launch(ctx, r.cgroupPath(id), n, m, ids, lim, &b.undo)
-	if err != nil {
-		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	b.proc, b.qmp = p, c
-	if err := r.startVolumes(ctx, id, n, ids, spec.Volumes, b, &b.undo, false); err != nil {
+	tm, p, c := l.tm, b.proc, b.qmp
+	if err := r.startVolumes(ctx, id, l.net, l.ids, spec.Volumes, b, &b.undo, false); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	tm.launched = time.Now()
@@ -189,7 +175,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	tm.restored = time.Now()
-	h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: p.Pid}
+	h := &runtime.Handle{ID: id, Runtime: Name, Addr: l.net.SandboxAddr, PID: p.Pid}
 	if err := guestenvd.WaitRestored(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w (console: %q)", id, err, p.Con.Tail(1024))
 	}
@@ -204,6 +190,51 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 		}
 	}
 	return h, tm, nil
+}
+
+// launched is a sandbox brought up to its QEMU waiting for the snapshot
+// (-incoming defer): the first half of a restore, or a slot made ahead.
+type launched struct {
+	snapDir string // the snapshot it restores
+	meta    *snapshot.Meta
+	net     *netpolicy.Net
+	ids     idmap.Range
+	tm      restoreTimes
+	slot    bool // made ahead (slots_linux.go)
+}
+
+// launch gives sandbox spec.ID its directory (files of snap), network and
+// QEMU, connected to its console and QMP in b.proc and b.qmp. Undos go
+// onto b.undo; b.mu is held.
+func (r *Runtime) launch(ctx context.Context, spec runtime.Spec, snap *snapshot.Snapshot, b *sandbox) (*launched, error) {
+	l := &launched{snapDir: snap.Dir}
+	id := spec.ID
+	dir := r.sandboxDir(id)
+	var err error
+	if l.meta, err = r.prepareDir(ctx, spec, snap, dir, b, &l.tm); err != nil {
+		return nil, err
+	}
+	l.tm.copied = time.Now()
+	if l.net, err = r.net.Setup(ctx, id, spec.AllowInternet); err != nil {
+		return nil, err
+	}
+	b.undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
+	l.tm.netUp = time.Now()
+	m, err := r.sandboxMachine(id, l.meta)
+	if err != nil {
+		return nil, err
+	}
+	if l.ids, err = r.sandboxIDs(dir); err != nil {
+		return nil, err
+	}
+	lim := launch.Limits(l.meta.MemMiB, l.meta.VCPUs)
+	lim.Background = spec.Background
+	p, c, err := r.launcher.Launch(ctx, r.cgroupPath(id), l.net, m, l.ids, lim, &b.undo)
+	if err != nil {
+		return nil, err
+	}
+	b.proc, b.qmp = p, c
+	return l, nil
 }
 
 // prepareDir creates the sandbox directory with its own copy of snap's
@@ -274,9 +305,11 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r.finishTeardown(ctx, id, b)
-	if !b.created {
+	r.slots.forget(id)
+	if !b.created && b.slot == nil {
 		r.pushAll(ctx, id, b)
 	}
+	b.slot = nil
 	r.flush.Remove(filepath.Join(r.sandboxDir(id), "mem"))
 	err := b.undo.Run()
 	b.created, b.paused, b.proc, b.qmp = false, false, nil, nil

@@ -244,7 +244,7 @@ func restarted(t *testing.T, r *Runtime) *Runtime {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	r2, err := New(context.Background(), runtime.Config{DataDir: filepath.Dir(r.dir), Logger: log},
 		WithAccel(r.o.accel), WithNetwork(r.net), WithInit(r.o.init), WithCgroupParent(r.o.cgroupParent), WithDiskFree(r.o.diskFreeMiB),
-		WithNFSD(r.o.nfsd))
+		WithNFSD(r.o.nfsd), WithPrelaunch(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -218,9 +218,11 @@ func (r *Runtime) removeUnfinishedSnapshots() error {
 	return errors.Join(errs...)
 }
 
-// Close ends r's background work (spare refills) and removes its spares;
-// its sandboxes keep running (a later Recover adopts them).
+// Close ends r's background work (spare and slot refills), kills its
+// slots and removes its spares; its sandboxes keep running (a later
+// Recover adopts them).
 func (r *Runtime) Close() error {
+	err := r.closeSlots(context.Background())
 	r.bg.Wait()
-	return r.spares.Close()
+	return errors.Join(err, r.spares.Close())
 }

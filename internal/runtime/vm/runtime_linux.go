@@ -57,6 +57,7 @@ type options struct {
 	diskFreeMiB  int
 	noJail       bool
 	spares       int
+	prelaunch    int    // slots per template build and size (slots_linux.go)
 	nfsd         string // moat-nfsd ("" = next to the running executable, else on PATH)
 }
 
@@ -114,6 +115,7 @@ type Runtime struct {
 	spares *memfile.Spares
 	flush  memfile.Flusher    // memory files of the sandboxes this process runs
 	vols   *volserver.Spawner // the sandboxes' volume servers (volumes_linux.go)
+	slots  slotSet            // QEMUs launched ahead (slots_linux.go)
 }
 
 // sandbox is one VM's bookkeeping.
@@ -133,6 +135,9 @@ type sandbox struct {
 	// is pending. tornDown is closed once it ran. Both guarded by mu.
 	teardown func() error
 	tornDown chan struct{}
+	// slot is set while the sandbox is a slot not yet created (guarded
+	// by mu; slots_linux.go).
+	slot *launched
 }
 
 // New checks the host and installs the network policy. The guest kernel,
@@ -140,7 +145,13 @@ type sandbox struct {
 func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
 	o := options{accel: cfg.Backends.VMAccel, init: cfg.Backends.VMInit, nfsd: cfg.Backends.VMNFSD, oci: cfg.Backends.OCIRuntime,
 		cgroupParent: "/moat", readyTimeout: 30 * time.Second,
-		bootTimeout: 120 * time.Second, diskFreeMiB: 128, spares: memfile.DefaultSpares}
+		bootTimeout: 120 * time.Second, diskFreeMiB: 128, spares: memfile.DefaultSpares, prelaunch: DefaultPrelaunch}
+	switch n := cfg.Backends.VMPrelaunch; {
+	case n < 0:
+		o.prelaunch = 0
+	case n > 0:
+		o.prelaunch = n
+	}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -176,6 +187,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, tscKHz: qemu.HostTSCkHz(),
 		launcher: &launch.Launcher{QEMU: o.qemu, NoJail: o.noJail}}
 	r.spares = memfile.NewSpares(log, r.dir, o.spares)
+	r.slots = slotSet{want: o.prelaunch, free: map[string][]string{}, making: map[string]int{}}
 	r.vols = &volserver.Spawner{Src: o.nfsd, Log: log}
 	// The container runtime allocates from the same ID space under
 	// <DataDir>/sandboxes: its ranges count as taken (and both lock both

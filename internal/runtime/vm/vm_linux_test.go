@@ -143,7 +143,7 @@ func testRuntime(t testing.TB) *Runtime {
 		}
 		shared, sharedErr = New(context.Background(), runtime.Config{DataDir: filepath.Join(testDir, "data"), Logger: log},
 			WithAccel("tcg"), WithNetwork(m), WithInit(filepath.Join(testDir, "moat-vminit")), WithNFSD(filepath.Join(testDir, "moat-nfsd")),
-			WithCgroupParent(testCgroup), WithDiskFree(64))
+			WithCgroupParent(testCgroup), WithDiskFree(64), WithPrelaunch(0)) // slots: slots_linux_test.go
 	})
 	if sharedErr != nil {
 		t.Fatal(sharedErr)
@@ -162,11 +162,14 @@ func newID() string {
 }
 
 // create makes a sandbox that is killed at the end of the test.
-func create(t testing.TB, r *Runtime) *runtime.Handle {
+func create(t testing.TB, r *Runtime) *runtime.Handle { return createSpec(t, r, testSpec(newID())) }
+
+// createSpec makes a sandbox of spec that is killed at the end of the test.
+func createSpec(t testing.TB, r *Runtime, spec runtime.Spec) *runtime.Handle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	h, err := r.Create(ctx, testSpec(newID()))
+	h, err := r.Create(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}

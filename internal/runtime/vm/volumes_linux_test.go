@@ -71,13 +71,7 @@ func TestVolumes(t *testing.T) {
 	src := testVolume(t, r)
 	spec := testSpec(newID())
 	spec.Volumes = []runtime.VolumeMount{{Source: src, Target: "/data"}}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	h, err := r.Create(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Kill(context.Background(), h.ID) })
+	h := createSpec(t, r, spec)
 	ids, err := idmap.Read(r.sandboxDir(h.ID))
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +86,7 @@ func TestVolumes(t *testing.T) {
 			t.Errorf("dd past the 64 MiB volume: %v, %q (want ENOSPC)", err, out)
 		}
 	})
-	if err := r.Snapshot(ctx, h.ID, "s"+newID()); !errdefs.IsInvalidArgument(err) {
+	if err := r.Snapshot(context.Background(), h.ID, "s"+newID()); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("Snapshot of a sandbox with volumes = %v, want invalid argument", err)
 	}
 	t.Run("server crash", func(t *testing.T) { checkVolumeServerCrash(t, r, h, src) })

@@ -42,11 +42,11 @@ func CompareJail(ctx context.Context, b JailBench) (jailed, unjailed []time.Dura
 	}
 	defer m.Close()
 	cfg := runtime.Config{DataDir: b.DataDir, Logger: b.Logger, Backends: b.Backends}
-	jr, err := vm.New(ctx, cfg, vm.WithNetwork(m))
+	jr, err := vm.New(ctx, cfg, vm.WithNetwork(m), vm.WithPrelaunch(0))
 	if err != nil {
 		return nil, nil, fmt.Errorf("jail bench: %w", err)
 	}
-	pr, err := vm.New(ctx, cfg, vm.WithNetwork(m), vm.WithoutJail())
+	pr, err := vm.New(ctx, cfg, vm.WithNetwork(m), vm.WithoutJail(), vm.WithPrelaunch(0))
 	if err != nil {
 		return nil, nil, fmt.Errorf("jail bench: %w", err)
 	}

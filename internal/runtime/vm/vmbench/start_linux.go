@@ -70,7 +70,7 @@ func MeasureStart(ctx context.Context, b StartBench) (*StartFloors, error) {
 		return nil, fmt.Errorf("start bench: %w", err)
 	}
 	defer m.Close()
-	rt, err := vm.New(ctx, runtime.Config{DataDir: b.DataDir, Logger: b.Logger, Backends: b.Backends}, vm.WithNetwork(m), vm.WithoutJail(), vm.WithSpares(0))
+	rt, err := vm.New(ctx, runtime.Config{DataDir: b.DataDir, Logger: b.Logger, Backends: b.Backends}, vm.WithNetwork(m), vm.WithoutJail(), vm.WithSpares(0), vm.WithPrelaunch(0))
 	if err != nil {
 		return nil, fmt.Errorf("start bench: %w", err)
 	}
