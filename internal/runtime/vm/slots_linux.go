@@ -35,14 +35,44 @@ const DefaultPrelaunch = 1
 // (DefaultPrelaunch; 0 turns slots off).
 func WithPrelaunch(n int) Option { return func(o *options) { o.prelaunch = n } }
 
+// slotKeys is how many template builds and sizes keep slots at once: the
+// least recently created lose theirs (a variable for tests). An idle slot
+// holds a QEMU (~40 MiB resident here) and a spare's memory copy.
+var slotKeys = 4
+
 // slotSet is the runtime's idle slots.
 type slotSet struct {
 	mu     sync.Mutex
-	want   int                 // per key
-	free   map[string][]string // slotKey → IDs of idle slots
-	making map[string]int      // slotKey → slots being made
+	want   int                  // per key
+	free   map[string][]string  // slotKey → IDs of idle slots
+	making map[string]int       // slotKey → slots being made
+	used   map[string]time.Time // slotKey → its last create
 	closed bool
-	wg     sync.WaitGroup // slots being made
+	wg     sync.WaitGroup // slots being made or evicted
+}
+
+// evictLocked takes the idle slots of the least recently used keys other
+// than keep off the set until fewer than slotKeys keys have slots, and
+// returns their IDs (for the caller to kill); mu is held.
+func (s *slotSet) evictLocked(keep string) []string {
+	var out []string
+	for {
+		n, lru := 0, ""
+		for k := range s.used {
+			if k == keep || len(s.free[k])+s.making[k] == 0 {
+				continue
+			}
+			n++
+			if len(s.free[k]) > 0 && (lru == "" || s.used[k].Before(s.used[lru])) {
+				lru = k
+			}
+		}
+		if n < slotKeys || lru == "" {
+			return out
+		}
+		out = append(out, s.free[lru]...)
+		delete(s.free, lru)
+	}
 }
 
 // slotKey is what a slot must share with a create to serve it: the
@@ -138,7 +168,20 @@ func (r *Runtime) refillSlots(spec runtime.Spec, snap *snapshot.Snapshot) {
 	s := &r.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for !s.closed && len(s.free[key])+s.making[key] < s.want {
+	if s.closed || s.want <= 0 {
+		return
+	}
+	s.used[key] = time.Now()
+	if evicted := s.evictLocked(key); len(evicted) > 0 {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			for _, id := range evicted {
+				_ = r.Kill(context.Background(), id)
+			}
+		}()
+	}
+	for len(s.free[key])+s.making[key] < s.want {
 		s.making[key]++
 		s.wg.Add(1)
 		go func() {
@@ -206,6 +249,11 @@ func (r *Runtime) killSlots(ctx context.Context, match func(key string) bool) er
 		if match(k) {
 			ids = append(ids, v...)
 			delete(s.free, k)
+		}
+	}
+	for k := range s.used {
+		if match(k) {
+			delete(s.used, k)
 		}
 	}
 	s.mu.Unlock()

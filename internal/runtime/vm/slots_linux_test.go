@@ -229,6 +229,35 @@ func TestSlotsReleased(t *testing.T) {
 	}
 }
 
+// Beyond slotKeys template builds and sizes, the least recently created
+// loses its slots.
+func TestSlotsEvicted(t *testing.T) {
+	r, _ := slotRuntime(t)
+	defer func(n int) { slotKeys = n }(slotKeys)
+	slotKeys = 1
+	spec, id := slotAfterCreate(t, r)
+	r.refillSlots(spec, mustSnap(t, r, spec)) // the slot again, reserved one aside
+	waitSlot(t, r, spec, 1)
+	idle := idleSlot(r, spec)
+	other := testSpec(newID())
+	other.MemoryMiB = 320 // another snapshot of the template
+	createSpec(t, r, other)
+	waitSlot(t, r, other, 1)
+	r.slots.wg.Wait()
+	if n := r.SlotCount(spec); n != 0 {
+		t.Fatalf("the older key kept %d slots", n)
+	}
+	checkGone(t, r, idle)
+	// A reserved slot is not the set's to evict.
+	if pids := qemuPIDs(r.sandboxDir(id)); len(pids) != 1 {
+		t.Errorf("reserved slot's QEMU: %v", pids)
+	}
+	if err := r.Kill(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, r, id)
+}
+
 // A slot made for another snapshot is released and the create launches
 // anew under the slot's ID.
 func TestStaleSlot(t *testing.T) {
