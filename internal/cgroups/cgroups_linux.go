@@ -145,6 +145,25 @@ func AddPID(path string, pid int) error {
 // Remove removes path from the hierarchies of Dirs; absent is fine.
 func Remove(path string) error { return removeDirs(Dirs(path)) }
 
+// RemoveStray removes the empty child cgroups of parent that keep does not
+// keep (by name); the parent may be shared with other backends, so
+// cgroups with processes stay.
+func RemoveStray(parent string, keep func(name string) bool) error {
+	var errs []error
+	for _, d := range Dirs(parent) {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if !e.IsDir() || keep(e.Name()) {
+				continue
+			}
+			if procs, err := os.ReadFile(filepath.Join(d, e.Name(), "cgroup.procs")); err == nil && len(procs) == 0 {
+				errs = append(errs, Remove(parent+"/"+e.Name()))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // RemoveAll removes path from every mounted hierarchy (where an OCI runtime
 // creates it); absent is fine.
 func RemoveAll(path string) error { return removeDirs(allDirs(path)) }

@@ -203,13 +203,10 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 		return store.Sandbox{}, err
 	}
 	defer release()
-	if snap == nil && len(spec.Volumes) == 0 {
-		// A sandbox the backend made ahead (a microVM's QEMU waiting for
-		// its snapshot) keeps its ID; the deferred Kill below frees it if
-		// this create fails.
-		if id, ok := o.rts.Prelaunched(spec); ok {
-			spec.ID, sb.ID = id, id
-		}
+	// A sandbox made ahead (a microVM's QEMU waiting for its snapshot; never
+	// for snapshots or volumes) lends its ID; the deferred Kill frees it.
+	if id, ok := o.rts.Prelaunched(spec); ok {
+		spec.ID, sb.ID = id, id
 	}
 	log := o.log.With("sandboxID", sb.ID, "template", tpl.Name)
 	defer func() {

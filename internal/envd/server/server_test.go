@@ -114,6 +114,24 @@ func TestInitInProcess(t *testing.T) {
 	}
 }
 
+// An /init whose last field does not parse is 400 and applies none of the
+// fields before it (moat-vminit's warm-up after a restore relies on this).
+func TestInitRejectedAppliesNothing(t *testing.T) {
+	s := newTestServer(t)
+	body := `{"envVars":{"W":"1"},"defaultUser":"nobody","defaultWorkdir":"/tmp","internal":{"E2B_SANDBOX_ID":"w"},"timestamp":"not a time"}`
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("POST", "/init", strings.NewReader(body)))
+	if rec.Code != 400 || !strings.Contains(rec.Body.String(), `"code":400`) {
+		t.Fatalf("/init with a bad timestamp = %d %s", rec.Code, rec.Body)
+	}
+	if env := s.State().Env(); env["W"] != "" || env["E2B_SANDBOX_ID"] != "" {
+		t.Fatalf("a refused /init applied its env: %v", env)
+	}
+	if u := s.State().DefaultUser(); u == "nobody" {
+		t.Fatal("a refused /init applied its default user")
+	}
+}
+
 // TestInitEgressCA: an /init with moatEgressCA installs the CA in the
 // trust store (host mode: under the home directory), says so in a header,
 // and points processes started afterwards at it; a body that is not a CA

@@ -47,8 +47,9 @@
 // This package keeps the sandbox bookkeeping (create, kill, pause, resume,
 // snapshots, recovery); the parts that need none of it live in
 // subpackages: qemu (one QEMU process: command line, jail, log, console,
-// QMP), launch (starting a guest's QEMU: guest network, jail, cgroup,
-// sockets), templatesnap (boot files, accelerator probe, template snapshots
+// QMP), launch (a sandbox's files, network and QEMU up to the snapshot's
+// load; starting a guest's QEMU: guest network, jail, cgroup, sockets),
+// slots (the IDs of sandboxes made ahead, slots_linux.go), templatesnap (boot files, accelerator probe, template snapshots
 // and their warm-up), snapshot (the snapshot layout and meta.json),
 // image (guest kernel, initramfs, disk images, qcow2), guestnet (tap, NAT
 // and anti-spoofing in the sandbox's namespace), memfile (spares,

@@ -11,7 +11,6 @@ import (
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime/vm/freeze"
-	"github.com/moatsh/moat/internal/runtime/vm/memfile"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 	"github.com/moatsh/moat/internal/runtime/vm/volserver"
@@ -76,7 +75,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id, snapID string) (retErr error
 		return fmt.Errorf("snapshot sandbox %s as %s: %w", id, snapID, err)
 	}
 	meta.Source, meta.AllowInternet, meta.Created = id, false, time.Now().UTC()
-	if err := commitSnapshot(tmp, final, meta); err != nil {
+	if err := snapshot.Commit(tmp, final, meta); err != nil {
 		return fmt.Errorf("snapshot sandbox %s as %s: %w", id, snapID, err)
 	}
 	r.log.InfoContext(ctx, "snapshot taken", "sandbox", id, "snapshot", snapID, "stopped", stopped.Round(time.Millisecond),
@@ -101,26 +100,6 @@ func (r *Runtime) copyStopped(ctx context.Context, c *qmp.Client, con *qemu.Cons
 		return 0, err
 	}
 	return n, nil
-}
-
-// commitSnapshot makes the snapshot in tmp durable and renames it to final.
-func commitSnapshot(tmp, final string, meta *snapshot.Meta) error {
-	if err := snapshot.WriteMeta(tmp, meta); err != nil {
-		return err
-	}
-	if err := memfile.SyncFiles(filepath.Join(tmp, "mem"), filepath.Join(tmp, "disk.qcow2"), filepath.Join(tmp, "state")); err != nil {
-		return err
-	}
-	if err := memfile.SyncDir(tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("%s: %w", final, errdefs.ErrAlreadyExists)
-		}
-		return err
-	}
-	return memfile.SyncDir(filepath.Dir(final))
 }
 
 // DeleteSnapshot implements runtime.Snapshotter; unknown IDs succeed. Sandboxes

@@ -13,6 +13,7 @@ import (
 	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/jail"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/vm/launch"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 )
@@ -174,7 +175,7 @@ func checkJailView(t *testing.T, r *Runtime, h *runtime.Handle, ids idmap.Range,
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := r.sandboxMachine(h.ID, meta)
+	m, err := launch.RestoreMachine(h.ID, r.sandboxDir(h.ID), meta, r.tscKHz)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,18 +11,14 @@ import (
 
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/errdefs"
-	"github.com/moatsh/moat/internal/idmap"
-	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
 	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 	"github.com/moatsh/moat/internal/runtime/vm/image"
 	"github.com/moatsh/moat/internal/runtime/vm/launch"
-	"github.com/moatsh/moat/internal/runtime/vm/memfile"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
-	"github.com/moatsh/moat/internal/sparse"
 )
 
 // validID reports whether id can name this backend's host objects: up to 40 of [a-z0-9].
@@ -151,7 +147,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 		}
 	}
 	tm, p, c := l.tm, b.proc, b.qmp
-	if err := r.startVolumes(ctx, id, l.net, l.ids, spec.Volumes, b, &b.undo, false); err != nil {
+	if err := r.startVolumes(ctx, id, l.Net, l.IDs, spec.Volumes, b, &b.undo, false); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	tm.launched = time.Now()
@@ -175,7 +171,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	tm.restored = time.Now()
-	h := &runtime.Handle{ID: id, Runtime: Name, Addr: l.net.SandboxAddr, PID: p.Pid}
+	h := &runtime.Handle{ID: id, Runtime: Name, Addr: l.Net.SandboxAddr, PID: p.Pid}
 	if err := guestenvd.WaitRestored(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w (console: %q)", id, err, p.Con.Tail(1024))
 	}
@@ -192,106 +188,24 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 	return h, tm, nil
 }
 
-// launched is a sandbox brought up to its QEMU waiting for the snapshot
-// (-incoming defer): the first half of a restore, or a slot made ahead.
+// launched is a sandbox brought up to its QEMU waiting for the snapshot:
+// the first half of a restore, or a slot made ahead (slots_linux.go).
 type launched struct {
-	snapDir string // the snapshot it restores
-	meta    *snapshot.Meta
-	net     *netpolicy.Net
-	ids     idmap.Range
-	tm      restoreTimes
-	slot    bool // made ahead (slots_linux.go)
+	*launch.Sandbox
+	tm restoreTimes
 }
 
 // launch gives sandbox spec.ID its directory (files of snap), network and
-// QEMU, connected to its console and QMP in b.proc and b.qmp. Undos go
-// onto b.undo; b.mu is held.
+// QEMU (see launch.Launcher.Sandbox), connected to its console and QMP in
+// b.proc and b.qmp. Undos go onto b.undo; b.mu is held.
 func (r *Runtime) launch(ctx context.Context, spec runtime.Spec, snap *snapshot.Snapshot, b *sandbox) (*launched, error) {
-	l := &launched{snapDir: snap.Dir}
-	id := spec.ID
-	dir := r.sandboxDir(id)
-	var err error
-	if l.meta, err = r.prepareDir(ctx, spec, snap, dir, b, &l.tm); err != nil {
-		return nil, err
-	}
-	l.tm.copied = time.Now()
-	if l.net, err = r.net.Setup(ctx, id, spec.AllowInternet); err != nil {
-		return nil, err
-	}
-	b.undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
-	l.tm.netUp = time.Now()
-	m, err := r.sandboxMachine(id, l.meta)
+	env := launch.Env{Net: r.net, Spares: r.spares, IDs: r.ids, TSCkHz: r.tscKHz}
+	s, err := r.launcher.Sandbox(ctx, env, spec, snap, r.sandboxDir(spec.ID), r.cgroupPath(spec.ID), &b.undo)
 	if err != nil {
 		return nil, err
 	}
-	if l.ids, err = r.sandboxIDs(dir); err != nil {
-		return nil, err
-	}
-	lim := launch.Limits(l.meta.MemMiB, l.meta.VCPUs)
-	lim.Background = spec.Background
-	p, c, err := r.launcher.Launch(ctx, r.cgroupPath(id), l.net, m, l.ids, lim, &b.undo)
-	if err != nil {
-		return nil, err
-	}
-	b.proc, b.qmp = p, c
-	return l, nil
-}
-
-// prepareDir creates the sandbox directory with its own copy of snap's
-// memory file, its disk (an overlay of the template's disk) and meta.json:
-// a spare's files when there is one (see package memfile), else copies.
-func (r *Runtime) prepareDir(ctx context.Context, spec runtime.Spec, snap *snapshot.Snapshot, dir string, b *sandbox, tm *restoreTimes) (*snapshot.Meta, error) {
-	if _, err := os.Stat(dir); err == nil {
-		return nil, fmt.Errorf("%s exists: %w", dir, errdefs.ErrAlreadyExists)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	b.undo.Push(func() error { return os.RemoveAll(dir) })
-	if !r.spares.Take(memfile.Source{Dir: snap.Dir, Fork: snap.Fork}, dir) {
-		if err := copySnapshotFiles(ctx, snap, dir, tm); err != nil {
-			return nil, err
-		}
-	}
-	meta := snapshot.MetaOf(snap)
-	meta.Source, meta.AllowInternet = snap.Dir, spec.AllowInternet
-	if err := snapshot.WriteMeta(dir, meta); err != nil {
-		return nil, err
-	}
-	return meta, nil
-}
-
-// copySnapshotFiles gives dir its own copy of snap's memory file (whose
-// writeback starts at once, so that a pause soon after does not wait for
-// it) and its disk: an overlay of snap's, or for a Fork a copy.
-func copySnapshotFiles(ctx context.Context, snap *snapshot.Snapshot, dir string, tm *restoreTimes) error {
-	mem := filepath.Join(dir, "mem")
-	n, err := sparse.Copy(snap.Mem(), mem)
-	if err != nil {
-		return err
-	}
-	go memfile.StartWriteback(mem)
-	tm.memData = n
-	disk := filepath.Join(dir, "disk.qcow2")
-	if snap.Fork {
-		// The snapshot's disk is an overlay of the template's disk: a copy
-		// of it keeps that backing file, and the sandbox does not depend
-		// on the snapshot once created (DeleteSnapshot may remove it).
-		_, err = sparse.Copy(snap.Disk(), disk)
-		return err
-	}
-	return image.Qcow2Overlay(ctx, snap.Disk(), "qcow2", disk)
-}
-
-// sandboxMachine is the QEMU of sandbox id restoring into its own files,
-// with the stubs of the kernel and initramfs (see qemu.RestoreStubs).
-func (r *Runtime) sandboxMachine(id string, meta *snapshot.Meta) (*qemu.Machine, error) {
-	dir := r.sandboxDir(id)
-	m := meta.Snapshot(dir).Machine("moat-"+id, dir, r.tscKHz)
-	m.Disk, m.MemPath, m.MemShared, m.Incoming = filepath.Join(dir, "disk.qcow2"), filepath.Join(dir, "mem"), true, true
-	var err error
-	m.Kernel, m.Initramfs, err = qemu.RestoreStubs(m.Kernel, m.Initramfs)
-	return m, err
+	b.proc, b.qmp = s.Proc, s.QMP
+	return &launched{Sandbox: s, tm: restoreTimes{copied: s.Copied, netUp: s.NetUp, memData: s.MemData}}, nil
 }
 
 // Kill implements runtime.Runtime: QMP quit, then SIGKILL; network, cgroup
@@ -305,7 +219,7 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r.finishTeardown(ctx, id, b)
-	r.slots.forget(id)
+	r.slots.Forget(id)
 	if !b.created && b.slot == nil {
 		r.pushAll(ctx, id, b)
 	}

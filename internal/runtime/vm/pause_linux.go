@@ -223,11 +223,11 @@ func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *sna
 	}
 	undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
 	tm.netUp = time.Now()
-	m, err := r.sandboxMachine(id, meta)
+	m, err := launch.RestoreMachine(id, r.sandboxDir(id), meta, r.tscKHz)
 	if err != nil {
 		return nil, false, err
 	}
-	ids, err := r.sandboxIDs(r.sandboxDir(id))
+	ids, err := launch.DirIDs(r.ids, r.sandboxDir(id))
 	if err != nil {
 		return nil, false, err
 	}

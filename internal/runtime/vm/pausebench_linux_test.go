@@ -14,6 +14,7 @@ import (
 
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
+	"github.com/moatsh/moat/internal/runtime/vm/launch"
 	"github.com/moatsh/moat/internal/runtime/vm/memfile"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
@@ -280,12 +281,12 @@ func baselineResume(ctx context.Context, r *Runtime, id string, h *runtime.Handl
 	if !ok {
 		return fmt.Errorf("no network for %s", id)
 	}
-	m, err := r.sandboxMachine(id, meta)
+	m, err := launch.RestoreMachine(id, r.sandboxDir(id), meta, r.tscKHz)
 	if err != nil {
 		return err
 	}
 	m.MemShared = false
-	ids, err := r.sandboxIDs(r.sandboxDir(id))
+	ids, err := launch.DirIDs(r.ids, r.sandboxDir(id))
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/vm/launch"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 )
@@ -49,7 +50,8 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 		r.log.InfoContext(ctx, "removing orphaned sandbox", "sandbox", id)
 		errs = append(errs, r.Kill(ctx, id))
 	}
-	errs = append(errs, r.removeStrayCgroups(isLive, seen), r.removeUnfinishedSnapshots())
+	errs = append(errs, cgroups.RemoveStray(r.o.cgroupParent, func(name string) bool { return validID(name) != nil || isLive[name] || seen[name] }),
+		snapshot.RemoveUnfinished(r.dir))
 	return out, errors.Join(errs...)
 }
 
@@ -140,7 +142,7 @@ func (r *Runtime) adoptRunning(ctx context.Context, id string, p *qemu.Proc) (*r
 	b.proc, b.qmp = p, c
 	b.handle = &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: p.Pid}
 	b.created = true
-	ids, err := r.sandboxIDs(r.sandboxDir(id))
+	ids, err := launch.DirIDs(r.ids, r.sandboxDir(id))
 	if err == nil {
 		err = r.startVolumes(ctx, id, n, ids, nil, b, nil, true) // volumes_linux.go
 	}
@@ -175,54 +177,11 @@ func (r *Runtime) reconnectConsole(ctx context.Context, id string, p *qemu.Proc)
 	return con
 }
 
-func (r *Runtime) removeStrayCgroups(live, seen map[string]bool) error {
-	var errs []error
-	for _, d := range cgroups.Dirs(r.o.cgroupParent) {
-		entries, _ := os.ReadDir(d)
-		for _, e := range entries {
-			if !e.IsDir() || validID(e.Name()) != nil || live[e.Name()] || seen[e.Name()] {
-				continue
-			}
-			// The parent may be shared with other backends: only empty ones go.
-			if procs, err := os.ReadFile(filepath.Join(d, e.Name(), "cgroup.procs")); err == nil && len(procs) == 0 {
-				errs = append(errs, cgroups.Remove(r.cgroupPath(e.Name())))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// removeUnfinishedSnapshots kills template boots cut short by a restart
-// and removes snapshots whose Snapshot never completed.
-func (r *Runtime) removeUnfinishedSnapshots() error {
-	var errs []error
-	tmps, _ := filepath.Glob(filepath.Join(r.dir, "snapshots", "*.tmp"))
-	for _, d := range tmps {
-		if err := os.RemoveAll(d); err != nil {
-			errs = append(errs, fmt.Errorf("remove %s: %w", d, err))
-		}
-	}
-	dirs, _ := filepath.Glob(filepath.Join(r.dir, "templates", "*", "snap-*"))
-	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, snapshot.ReadyFile)); err == nil {
-			continue
-		}
-		if p := qemu.Adopt(d); p != nil {
-			errs = append(errs, p.Stop(context.Background(), nil))
-		}
-		errs = append(errs, qemu.UnmountLog(d))
-		if err := os.RemoveAll(d); err != nil {
-			errs = append(errs, fmt.Errorf("remove %s: %w", d, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // Close ends r's background work (spare and slot refills), kills its
 // slots and removes its spares; its sandboxes keep running (a later
 // Recover adopts them).
 func (r *Runtime) Close() error {
-	err := r.closeSlots(context.Background())
+	err := r.slots.Close(context.Background())
 	r.bg.Wait()
 	return errors.Join(err, r.spares.Close())
 }

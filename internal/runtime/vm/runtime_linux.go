@@ -23,6 +23,7 @@ import (
 	"github.com/moatsh/moat/internal/runtime/vm/launch"
 	"github.com/moatsh/moat/internal/runtime/vm/memfile"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
+	"github.com/moatsh/moat/internal/runtime/vm/slots"
 	"github.com/moatsh/moat/internal/runtime/vm/templatesnap"
 	"github.com/moatsh/moat/internal/runtime/vm/volserver"
 )
@@ -115,7 +116,7 @@ type Runtime struct {
 	spares *memfile.Spares
 	flush  memfile.Flusher    // memory files of the sandboxes this process runs
 	vols   *volserver.Spawner // the sandboxes' volume servers (volumes_linux.go)
-	slots  slotSet            // QEMUs launched ahead (slots_linux.go)
+	slots  *slots.Set         // QEMUs launched ahead (slots_linux.go)
 }
 
 // sandbox is one VM's bookkeeping.
@@ -187,7 +188,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, tscKHz: qemu.HostTSCkHz(),
 		launcher: &launch.Launcher{QEMU: o.qemu, NoJail: o.noJail}}
 	r.spares = memfile.NewSpares(log, r.dir, o.spares)
-	r.slots = slotSet{want: o.prelaunch, free: map[string][]string{}, making: map[string]int{}, used: map[string]time.Time{}}
+	r.slots = slots.New(log, o.prelaunch, slotKeys, r.Kill)
 	r.vols = &volserver.Spawner{Src: o.nfsd, Log: log}
 	// The container runtime allocates from the same ID space under
 	// <DataDir>/sandboxes: its ranges count as taken (and both lock both

@@ -27,36 +27,32 @@ func slotRuntime(t *testing.T) (*Runtime, context.Context) {
 // slots are killed (and checked gone) when the test ends.
 func withSlots(t *testing.T, r *Runtime, n int) {
 	t.Helper()
-	r.slots.mu.Lock()
-	r.slots.want = n
-	r.slots.mu.Unlock()
+	r.slots.SetWant(n)
 	t.Cleanup(func() {
-		r.slots.mu.Lock()
-		r.slots.want = 0
-		r.slots.mu.Unlock()
-		r.slots.wg.Wait()
-		var ids []string
-		r.slots.mu.Lock()
-		for _, v := range r.slots.free {
-			ids = append(ids, v...)
-		}
-		r.slots.mu.Unlock()
-		if err := r.killSlots(context.Background(), func(string) bool { return true }); err != nil {
+		r.slots.SetWant(0)
+		r.slots.Wait()
+		idle := r.slots.Idle()
+		if err := r.slots.Drop(context.Background(), func(string) bool { return true }); err != nil {
 			t.Error(err)
 		}
-		for _, id := range ids {
-			checkGone(t, r, id)
+		for _, ids := range idle {
+			for _, id := range ids {
+				checkGone(t, r, id)
+			}
 		}
 	})
 }
+
+// slotCount is how many idle slots serve spec.
+func slotCount(r *Runtime, spec runtime.Spec) int { return r.slots.Count(slotKey(withDefaults(spec))) }
 
 // waitSlot waits until spec's key has n idle slots.
 func waitSlot(t *testing.T, r *Runtime, spec runtime.Spec, n int) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for r.SlotCount(spec) != n {
+	for slotCount(r, spec) != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("idle slots = %d after a minute, want %d", r.SlotCount(spec), n)
+			t.Fatalf("idle slots = %d after a minute, want %d", slotCount(r, spec), n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -73,7 +69,7 @@ func slotAfterCreate(t *testing.T, r *Runtime) (runtime.Spec, string) {
 	if !ok {
 		t.Fatal("no slot after a create")
 	}
-	if r.SlotCount(spec) != 0 {
+	if slotCount(r, spec) != 0 {
 		t.Fatal("a reserved slot is still idle")
 	}
 	return spec, id
@@ -81,9 +77,7 @@ func slotAfterCreate(t *testing.T, r *Runtime) (runtime.Spec, string) {
 
 // idleSlot is the ID of spec's first idle slot.
 func idleSlot(r *Runtime, spec runtime.Spec) string {
-	r.slots.mu.Lock()
-	defer r.slots.mu.Unlock()
-	return r.slots.free[slotKey(withDefaults(spec))][0]
+	return r.slots.Idle()[slotKey(withDefaults(spec))][0]
 }
 
 // checkGone fails unless nothing named after id is left: QEMU, directory,
@@ -203,59 +197,26 @@ func TestSlotsReleased(t *testing.T) {
 	if err := r.dropStaleSlots(ctx, []runtime.Spec{{TemplateID: "other", RootfsDir: spec.RootfsDir}}); err != nil {
 		t.Fatal(err)
 	}
-	if r.SlotCount(spec) != 0 {
+	if slotCount(r, spec) != 0 {
 		t.Fatal("slot of a template no longer current kept")
 	}
 	checkGone(t, r, idle)
 	r.refillSlots(spec, mustSnap(t, r, spec))
 	waitSlot(t, r, spec, 1)
-	if err := r.dropStaleSlots(ctx, []runtime.Spec{spec}); err != nil || r.SlotCount(spec) != 1 {
-		t.Fatalf("slot of a current template dropped: %d, %v", r.SlotCount(spec), err)
+	if err := r.dropStaleSlots(ctx, []runtime.Spec{spec}); err != nil || slotCount(r, spec) != 1 {
+		t.Fatalf("slot of a current template dropped: %d, %v", slotCount(r, spec), err)
 	}
 	idle = idleSlot(r, spec)
-	if err := r.closeSlots(ctx); err != nil {
+	if err := r.slots.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		r.slots.mu.Lock()
-		r.slots.closed = false
-		r.slots.mu.Unlock()
-	}()
+	defer r.slots.Reopen()
 	checkGone(t, r, idle)
 	r.refillSlots(spec, mustSnap(t, r, spec))
-	r.slots.wg.Wait()
-	if n := r.SlotCount(spec); n != 0 {
+	r.slots.Wait()
+	if n := slotCount(r, spec); n != 0 {
 		t.Fatalf("closed runtime made %d slots", n)
 	}
-}
-
-// Beyond slotKeys template builds and sizes, the least recently created
-// loses its slots.
-func TestSlotsEvicted(t *testing.T) {
-	r, _ := slotRuntime(t)
-	defer func(n int) { slotKeys = n }(slotKeys)
-	slotKeys = 1
-	spec, id := slotAfterCreate(t, r)
-	r.refillSlots(spec, mustSnap(t, r, spec)) // the slot again, reserved one aside
-	waitSlot(t, r, spec, 1)
-	idle := idleSlot(r, spec)
-	other := testSpec(newID())
-	other.MemoryMiB = 320 // another snapshot of the template
-	createSpec(t, r, other)
-	waitSlot(t, r, other, 1)
-	r.slots.wg.Wait()
-	if n := r.SlotCount(spec); n != 0 {
-		t.Fatalf("the older key kept %d slots", n)
-	}
-	checkGone(t, r, idle)
-	// A reserved slot is not the set's to evict.
-	if pids := qemuPIDs(r.sandboxDir(id)); len(pids) != 1 {
-		t.Errorf("reserved slot's QEMU: %v", pids)
-	}
-	if err := r.Kill(context.Background(), id); err != nil {
-		t.Fatal(err)
-	}
-	checkGone(t, r, id)
 }
 
 // A slot made for another snapshot is released and the create launches
@@ -266,7 +227,7 @@ func TestStaleSlot(t *testing.T) {
 	old := qemuPIDs(r.sandboxDir(id))
 	b, _ := r.boxes.Lookup(id)
 	b.mu.Lock()
-	b.slot.snapDir = "/nonexistent"
+	b.slot.SnapDir = "/nonexistent"
 	b.mu.Unlock()
 	h2, err := r.Create(ctx, testSpec(id))
 	if err != nil {

@@ -1,15 +1,19 @@
 package snapshot
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/image"
+	"github.com/moatsh/moat/internal/runtime/vm/memfile"
 	"github.com/moatsh/moat/internal/runtime/vm/prune"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 )
@@ -77,4 +81,53 @@ func TemplateKey(spec runtime.Spec) string {
 		}
 	}
 	return name + "-" + hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// Commit makes the snapshot in tmp (mem, disk.qcow2, state) durable with
+// meta and renames it to final. Errors: ErrAlreadyExists (final exists).
+func Commit(tmp, final string, meta *Meta) error {
+	if err := WriteMeta(tmp, meta); err != nil {
+		return err
+	}
+	if err := memfile.SyncFiles(filepath.Join(tmp, "mem"), filepath.Join(tmp, "disk.qcow2"), filepath.Join(tmp, "state")); err != nil {
+		return err
+	}
+	if err := memfile.SyncDir(tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%s: %w", final, errdefs.ErrAlreadyExists)
+		}
+		return err
+	}
+	return memfile.SyncDir(filepath.Dir(final))
+}
+
+// RemoveUnfinished removes, under the vm runtime's directory vmDir, the
+// snapshots a restart cut short: Runtime.Snapshot's <id>.tmp directories
+// and template snapshots without their ready file (whose boot's QEMU is
+// stopped first).
+func RemoveUnfinished(vmDir string) error {
+	var errs []error
+	tmps, _ := filepath.Glob(filepath.Join(vmDir, "snapshots", "*.tmp"))
+	for _, d := range tmps {
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", d, err))
+		}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(vmDir, "templates", "*", "snap-*"))
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, ReadyFile)); err == nil {
+			continue
+		}
+		if p := qemu.Adopt(d); p != nil {
+			errs = append(errs, p.Stop(context.Background(), nil))
+		}
+		errs = append(errs, qemu.UnmountLog(d))
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
 }
