@@ -115,7 +115,7 @@ func TestInitInProcess(t *testing.T) {
 }
 
 // An /init whose last field does not parse is 400 and applies none of the
-// fields before it (moat-vminit's warm-up after a restore relies on this).
+// fields before it: bad input loses nothing.
 func TestInitRejectedAppliesNothing(t *testing.T) {
 	s := newTestServer(t)
 	body := `{"envVars":{"W":"1"},"defaultUser":"nobody","defaultWorkdir":"/tmp","internal":{"E2B_SANDBOX_ID":"w"},"timestamp":"not a time"}`

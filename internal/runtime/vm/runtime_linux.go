@@ -188,7 +188,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, tscKHz: qemu.HostTSCkHz(),
 		launcher: &launch.Launcher{QEMU: o.qemu, NoJail: o.noJail}}
 	r.spares = memfile.NewSpares(log, r.dir, o.spares)
-	r.slots = slots.New(log, o.prelaunch, slotKeys, r.Kill)
+	r.slots = slots.New(log, o.prelaunch, slotKeys, slotDelay, r.Kill)
 	r.vols = &volserver.Spawner{Src: o.nfsd, Log: log}
 	// The container runtime allocates from the same ID space under
 	// <DataDir>/sandboxes: its ranges count as taken (and both lock both

@@ -22,9 +22,10 @@ import (
 // with Close, Kill of their ID, PruneTemplates once their template is gone,
 // and after a crash with Recover (the store does not know them).
 
-// DefaultPrelaunch is how many slots each template build and size keeps;
-// slotKeys is how many of those keep slots at once.
-const DefaultPrelaunch, slotKeys = 1, 4
+// DefaultPrelaunch is how many slots each template build and size keeps,
+// slotKeys how many of those keep slots at once; slotDelay lets the new
+// sandbox's /init go first (measured: /init 52 against 86 ms).
+const DefaultPrelaunch, slotKeys, slotDelay = 1, 4, 150 * time.Millisecond
 
 // WithPrelaunch sets how many slots each template build and size keeps
 // (DefaultPrelaunch; 0 turns slots off).
@@ -49,10 +50,9 @@ func (r *Runtime) Prelaunched(spec runtime.Spec) (id string, ok bool) {
 	return id, ok
 }
 
-// takeSlot returns sandbox spec.ID's slot (b's, reserved by Prelaunched)
-// ready for spec, or nil when it has none. A slot made for another
-// snapshot than snap is released first and nil returned (the caller
-// launches anew under the same ID). b.mu is held.
+// takeSlot returns b's slot (reserved by Prelaunched) ready for spec, or
+// nil: it has none, or one made for another snapshot than snap, released
+// here (the caller launches anew under the same ID). b.mu is held.
 func (r *Runtime) takeSlot(spec runtime.Spec, snap *snapshot.Snapshot, b *sandbox) (*launched, error) {
 	l := b.slot
 	if l == nil {

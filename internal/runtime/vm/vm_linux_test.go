@@ -31,6 +31,7 @@ import (
 	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 	"github.com/moatsh/moat/internal/runtime/vm/image"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
+	"github.com/moatsh/moat/internal/runtime/vm/slots"
 	"github.com/moatsh/moat/internal/runtime/vm/templatesnap"
 )
 
@@ -405,7 +406,8 @@ func TestRecoverAdoptsLiveAndRemovesOthers(t *testing.T) {
 	keep, drop := create(t, r), create(t, r)
 	// A second Runtime over the same data dir plays the restarted server.
 	dropQMP(r, keep.ID)
-	r2 := &Runtime{log: r.log, dir: r.dir, o: r.o, net: r.net, tscKHz: r.tscKHz, ids: r.ids, launcher: r.launcher}
+	r2 := &Runtime{log: r.log, dir: r.dir, o: r.o, net: r.net, tscKHz: r.tscKHz, ids: r.ids, launcher: r.launcher,
+		slots: slots.New(r.log, 0, slotKeys, 0, r.Kill)}
 	r2.tpl = templatesnap.New(r2.templateConfig())
 	hs, err := r2.Recover(context.Background(), []string{keep.ID})
 	if err != nil {

@@ -19,6 +19,7 @@ type Set struct {
 	log     *slog.Logger
 	kill    func(ctx context.Context, id string) error
 	maxKeys int
+	delay   time.Duration // from a Refill to the start of its makes
 
 	mu     sync.Mutex
 	want   int                  // idle slots per key; guarded by mu
@@ -30,10 +31,12 @@ type Set struct {
 }
 
 // New returns a Set that keeps want idle slots for each of at most maxKeys
-// keys (the least recently refilled keys lose theirs) and kills slots
-// with kill.
-func New(log *slog.Logger, want, maxKeys int, kill func(ctx context.Context, id string) error) *Set {
-	return &Set{log: log, kill: kill, maxKeys: maxKeys, want: want,
+// keys (the least recently refilled keys lose theirs), starts making them
+// delay after the Refill that asks (so that they do not share the CPU with
+// the first requests to the sandbox just created) and kills slots with
+// kill.
+func New(log *slog.Logger, want, maxKeys int, delay time.Duration, kill func(ctx context.Context, id string) error) *Set {
+	return &Set{log: log, kill: kill, maxKeys: maxKeys, delay: delay, want: want,
 		free: map[string][]string{}, making: map[string]int{}, used: map[string]time.Time{}}
 }
 
@@ -119,6 +122,7 @@ func (s *Set) Refill(key string, mk func(ctx context.Context) (string, error)) {
 // Set closed meanwhile).
 func (s *Set) make(key string, mk func(ctx context.Context) (string, error)) {
 	defer s.wg.Done()
+	time.Sleep(s.delay)
 	id, err := mk(context.Background())
 	s.mu.Lock()
 	s.making[key]--

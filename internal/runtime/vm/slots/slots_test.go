@@ -49,7 +49,7 @@ func (f *fake) kills() []string {
 
 func newSet(want, keys int) (*Set, *fake) {
 	f := &fake{}
-	return New(slog.New(slog.NewTextHandler(io.Discard, nil)), want, keys, f.kill), f
+	return New(slog.New(slog.NewTextHandler(io.Discard, nil)), want, keys, 0, f.kill), f
 }
 
 func TestRefillTakeForget(t *testing.T) {
