@@ -220,6 +220,7 @@ type Backends struct {
 	VMInit         string   // vm: the moat-vminit binary ("" = next to the running executable, else on PATH)
 	VMNFSD         string   // vm: the moat-nfsd binary that serves volumes ("" = next to the running executable, else on PATH)
 	VMPrelaunch    int      // vm: QEMUs launched ahead per template build and size (0 = the backend's default, negative = none)
+	VMKeepPaused   int      // vm: paused sandboxes that keep their stopped QEMU (0 = the backend's default, negative = none)
 }
 
 var (

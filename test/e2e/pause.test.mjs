@@ -16,6 +16,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { execFileSync } from 'node:child_process'
+import { existsSync } from 'node:fs'
 
 import { Sandbox, SandboxNotFoundError } from 'e2b'
 import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
@@ -37,9 +38,13 @@ const interpreterTemplate = process.env.MOAT_E2E_INTERPRETER_TEMPLATE
 const PAUSE_MS = 180_000
 const CONNECT_MS = 180_000
 
-// On the vm runtime with a local server, also look at the host: a paused
-// microVM is on disk, so its QEMU process (-name moat-<id>) must be gone
-// while paused and back after resume.
+// On the vm runtime with a local server, also look at the host. A paused
+// microVM is on disk: its saved device state (vm/sandboxes/<id>/state)
+// exists while it is paused and goes with the resume. Its QEMU process
+// (-name moat-<id>) is gone, or, for a few recent pauses (--vm-keep-paused,
+// default 4), kept stopped so that the resume only continues it: "kept" is
+// allowed only where the test says so. After a server restart no paused
+// microVM has a QEMU.
 const hostChecks = process.env.MOAT_E2E_RUNTIME === 'vm' && !external
 
 function qemuRunning(id) {
@@ -47,11 +52,22 @@ function qemuRunning(id) {
   return out.split('\n').some((l) => /qemu-system/.test(l) && l.includes(`moat-${id}`))
 }
 
-function assertQemu(id, want, what) {
+function savedState(id) {
+  return existsSync(`${srv.dataDir}/vm/sandboxes/${id}/state`)
+}
+
+function assertQemu(id, want, what, { kept = false } = {}) {
   if (!hostChecks) return
-  assert.equal(qemuRunning(id), want, want
-    ? `${what}: QEMU for ${id} should be running`
-    : `${what}: QEMU for ${id} is still running while paused (vm pause should put the guest on disk and release its memory)`)
+  if (want) {
+    assert.equal(qemuRunning(id), true, `${what}: QEMU for ${id} should be running`)
+    assert.equal(savedState(id), false, `${what}: ${id} runs but its saved state is still there`)
+    return
+  }
+  assert.equal(savedState(id), true, `${what}: paused ${id} has no saved state on disk`)
+  if (!kept) {
+    assert.equal(qemuRunning(id), false,
+      `${what}: QEMU for ${id} is still running while paused (vm pause should put the guest on disk and release its memory)`)
+  }
 }
 
 // ---------- helpers ----------
@@ -152,7 +168,7 @@ test('pause then connect keeps files, a Python variable, a background process, e
   assert.ok(!runningIds.includes(id), 'list(state=running) does not show it')
   await sleep(1500)
   assert.equal(await stateOf(id), 'paused', 'still paused after a while (no spontaneous resume)')
-  assertQemu(id, false, 'while paused')
+  assertQemu(id, false, 'while paused', { kept: true })
 
   const again = await timed(t, 'Sandbox.connect (resume)', () => within(CONNECT_MS, 'Sandbox.connect', () => CodeSandbox.connect(id)))
   assert.equal(again.sandboxId, id)
@@ -240,7 +256,7 @@ test('10 sandboxes paused concurrently and resumed concurrently; list() states f
   assert.deepEqual(l.paused, sorted, 'all paused after pause')
   assert.deepEqual(l.running, [], 'none running after pause')
   for (const id of ids) assert.equal(l.states[id], 'paused')
-  for (const id of ids) assertQemu(id, false, 'concurrent pause')
+  for (const id of ids) assertQemu(id, false, 'concurrent pause', { kept: true })
 
   const t2 = Date.now()
   const conns = await Promise.allSettled(ids.map((id) => within(CONNECT_MS * 2, `connect ${id}`, () => Sandbox.connect(id))))
@@ -344,7 +360,7 @@ test("lifecycle onTimeout 'pause' (autoPause): the sandbox is paused at its time
     'listed as paused, not gone (right after getInfo() said paused: list() must agree)')
   await sleep(3000)
   assert.equal(await stateOf(id), 'paused', 'stays paused (the reaper does not kill it later)')
-  assertQemu(id, false, 'auto-paused')
+  assertQemu(id, false, 'auto-paused', { kept: true })
 
   const again = await timed(t, 'Sandbox.connect (resume after autoPause)', () =>
     within(CONNECT_MS, 'Sandbox.connect', () => Sandbox.connect(id, { timeoutMs: 60_000 })))
@@ -426,7 +442,7 @@ test('a paused sandbox survives SIGKILL of moat serve and a restart', { timeout:
   const before = await counterState(sbx)
   assert.equal(await pause(sbx), true)
   assert.equal(await stateOf(id), 'paused')
-  assertQemu(id, false, 'paused before the crash')
+  assertQemu(id, false, 'paused before the crash', { kept: true })
 
   const port = server.port
   await server.kill9()

@@ -5,16 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
-	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime/vm/freeze"
-	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 	"github.com/moatsh/moat/internal/runtime/vm/volserver"
-	"github.com/moatsh/moat/internal/sparse"
 )
 
 // A snapshot taken by Runtime.Snapshot lives in <DataDir>/vm/snapshots/<id>:
@@ -66,7 +62,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id, snapID string) (retErr error
 		return fmt.Errorf("snapshot sandbox %s: %w", id, err)
 	}
 	start := time.Now()
-	data, err := r.copyStopped(ctx, c, b.proc.Con, dir, tmp)
+	data, err := freeze.Copy(ctx, c, b.proc.Con, dir, tmp, r.o.readyTimeout)
 	stopped := time.Since(start)
 	if terr := freeze.Thaw(ctx, c, b.proc.Con, r.o.readyTimeout, true); terr != nil {
 		err = errors.Join(err, fmt.Errorf("continue sandbox: %w", terr))
@@ -83,25 +79,6 @@ func (r *Runtime) Snapshot(ctx context.Context, id, snapID string) (retErr error
 	return nil
 }
 
-// copyStopped freezes the guest and copies its device state, memory and
-// disk into dst. The copies need not be durable yet: they do not change
-// once the guest runs again.
-func (r *Runtime) copyStopped(ctx context.Context, c *qmp.Client, con *qemu.Console, dir, dst string) (int64, error) {
-	if err := freeze.Freeze(ctx, c, con, filepath.Join(dst, "state"), r.o.readyTimeout, nil); err != nil {
-		return 0, err
-	}
-	n, err := sparse.Copy(filepath.Join(dir, "mem"), filepath.Join(dst, "mem"))
-	if err != nil {
-		return 0, err
-	}
-	// The migration inactivated the disk, so its qcow2 metadata is written
-	// out; its backing file (the template's disk) stays where it is.
-	if _, err := sparse.Copy(filepath.Join(dir, "disk.qcow2"), filepath.Join(dst, "disk.qcow2")); err != nil {
-		return 0, err
-	}
-	return n, nil
-}
-
 // DeleteSnapshot implements runtime.Snapshotter; unknown IDs succeed. Sandboxes
 // created from the snapshot keep running: they hold copies of its files.
 func (r *Runtime) DeleteSnapshot(ctx context.Context, snapID string) error {
@@ -115,30 +92,11 @@ func (r *Runtime) DeleteSnapshot(ctx context.Context, snapID string) error {
 	return nil
 }
 
-// loadSnapshot returns snapshot snapID for a restore. Errors: ErrNotFound,
-// ErrFailedPrecondition (taken with another guest kernel, initramfs or
-// accelerator than this runtime uses).
+// loadSnapshot returns snapshot snapID for a restore (see
+// templatesnap.Set.LoadSnapshot).
 func (r *Runtime) loadSnapshot(ctx context.Context, snapID string) (*snapshot.Snapshot, error) {
 	if err := validID(snapID); err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	dir := r.snapshotDir(snapID)
-	meta, err := snapshot.ReadMeta(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("snapshot %s: %w", snapID, errdefs.ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("snapshot %s: %w", snapID, err)
-	}
-	bf, accel, err := r.tpl.MachineBase(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if meta.BootKey != bf.Key || meta.Accel != accel {
-		return nil, fmt.Errorf("snapshot %s was taken with guest kernel %s (boot files %s) and %s; this runtime uses %s (boot files %s) and %s: %w",
-			snapID, meta.BootVersion, meta.BootKey, meta.Accel, bf.Version, bf.Key, accel, errdefs.ErrFailedPrecondition)
-	}
-	s := meta.Snapshot(dir)
-	s.Boot, s.Fork = bf, true
-	return s, nil
+	return r.tpl.LoadSnapshot(ctx, snapID, r.snapshotDir(snapID))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,8 +12,6 @@ import (
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
-	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
-	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 	"github.com/moatsh/moat/internal/runtime/vm/image"
 	"github.com/moatsh/moat/internal/runtime/vm/launch"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
@@ -91,8 +88,8 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	}
 	r.log.InfoContext(ctx, "sandbox created", "sandbox", id, "from", from, "addr", h.Addr, "pid", h.PID, "accel", snap.Accel,
 		"took", time.Since(start).Round(time.Millisecond), "snapshot", snapped.Sub(start).Round(time.Millisecond),
-		"copy", tm.copied.Sub(snapped).Round(time.Millisecond), "mem_data_mib", tm.memData>>20,
-		"net", between(tm.copied, tm.netUp), "slot", tm.slot, tm.phases())
+		"copy", tm.Copied.Sub(snapped).Round(time.Millisecond), "mem_data_mib", tm.MemData>>20,
+		"net", between(tm.Copied, tm.NetUp), "slot", tm.Slot, tm.Phases())
 	r.refillSlots(spec, snap)
 	return h, nil
 }
@@ -108,82 +105,37 @@ func (r *Runtime) sourceSnapshot(ctx context.Context, spec runtime.Spec) (*snaps
 	return r.tpl.Ensure(ctx, spec)
 }
 
-// restoreTimes are the milestones of a restore (a create's or a resume's),
-// for the log.
-type restoreTimes struct {
-	copied, netUp, launched, loaded, restored, health time.Time
-	memData                                           int64 // bytes of memory file data copied
-	slot                                              bool  // files, network and QEMU were a slot's (slots_linux.go)
-}
-
-// phases are the log attributes of what follows the network's setup:
-// launch, load, cont, health and the wait for the restore marker (until now).
-func (tm *restoreTimes) phases() slog.Attr {
-	return slog.Group("", "launch", between(tm.netUp, tm.launched), "load", between(tm.launched, tm.loaded),
-		"cont", between(tm.loaded, tm.restored), "health", between(tm.restored, tm.health),
-		"marker", time.Since(tm.health).Round(time.Millisecond))
-}
-
 // restore gives sandbox spec.ID its files, network and QEMU (or takes
 // those of its slot, see slots_linux.go), loads snap into it and waits for
 // envd and the guest's restore marker. Undos go onto b.undo; b.mu is held.
-func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot.Snapshot, b *sandbox) (*runtime.Handle, restoreTimes, error) {
+func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot.Snapshot, b *sandbox) (*runtime.Handle, launch.Times, error) {
 	id := spec.ID
 	have, err := image.Qcow2Size(snap.Disk())
 	if err != nil {
-		return nil, restoreTimes{}, fmt.Errorf("sandbox %s: %w", id, err)
+		return nil, launch.Times{}, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	grow, err := image.DiskTarget(spec, have)
 	if err != nil {
-		return nil, restoreTimes{}, fmt.Errorf("sandbox %s: %w", id, err)
+		return nil, launch.Times{}, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	l, err := r.takeSlot(spec, snap, b)
 	if err != nil {
-		return nil, restoreTimes{}, fmt.Errorf("sandbox %s: %w", id, err)
+		return nil, launch.Times{}, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	if l == nil {
 		if l, err = r.launch(ctx, spec, snap, b); err != nil {
-			return nil, restoreTimes{}, fmt.Errorf("sandbox %s: %w", id, err)
+			return nil, launch.Times{}, fmt.Errorf("sandbox %s: %w", id, err)
 		}
 	}
 	tm, p, c := l.tm, b.proc, b.qmp
 	if err := r.startVolumes(ctx, id, l.Net, l.IDs, spec.Volumes, b, &b.undo, false); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	tm.launched = time.Now()
-	restored := p.Con.Watch(guestinit.RestoredMarker)
-	defer restored.Stop()
-	grown := p.Con.Watch(guestinit.GrownMarker)
-	defer grown.Stop()
-	if err := qemu.Incoming(ctx, c, snap.State()); err != nil {
-		return nil, tm, fmt.Errorf("sandbox %s: restore: %w", id, err)
-	}
-	tm.loaded = time.Now()
-	if err := c.Execute(ctx, "cont", nil, nil); err != nil {
-		return nil, tm, fmt.Errorf("sandbox %s: restore: %w", id, err)
-	}
-	if grow > 0 {
-		if err := qemu.GrowDisk(ctx, c, grow); err != nil {
-			return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
-		}
-	}
-	if err := qemu.SetLink(ctx, c, true); err != nil {
-		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	tm.restored = time.Now()
+	tm.Launched = time.Now()
 	h := &runtime.Handle{ID: id, Runtime: Name, Addr: l.Net.SandboxAddr, PID: p.Pid}
-	if err := guestenvd.WaitRestored(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
-		return nil, tm, fmt.Errorf("sandbox %s: %w (console: %q)", id, err, p.Con.Tail(1024))
-	}
-	tm.health = time.Now()
-	// Fresh CRNG and clock before anyone else talks to the guest.
-	if err := restored.Wait(ctx, r.o.readyTimeout); err != nil {
+	x := launch.Restore{Proc: p, QMP: c, Dir: r.sandboxDir(id), State: snap.State(), GrowTo: grow, Envd: envdAddr(h), Timeout: r.o.readyTimeout}
+	if err := x.Run(ctx, &tm); err != nil {
 		return nil, tm, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	if grow > 0 {
-		if err := grown.Wait(ctx, r.o.readyTimeout); err != nil {
-			return nil, tm, fmt.Errorf("sandbox %s: grow root file system to %d MiB: %w", id, grow>>20, err)
-		}
 	}
 	return h, tm, nil
 }
@@ -192,7 +144,7 @@ func (r *Runtime) restore(ctx context.Context, spec runtime.Spec, snap *snapshot
 // the first half of a restore, or a slot made ahead (slots_linux.go).
 type launched struct {
 	*launch.Sandbox
-	tm restoreTimes
+	tm launch.Times
 }
 
 // launch gives sandbox spec.ID its directory (files of snap), network and
@@ -205,7 +157,7 @@ func (r *Runtime) launch(ctx context.Context, spec runtime.Spec, snap *snapshot.
 		return nil, err
 	}
 	b.proc, b.qmp = s.Proc, s.QMP
-	return &launched{Sandbox: s, tm: restoreTimes{copied: s.Copied, netUp: s.NetUp, memData: s.MemData}}, nil
+	return &launched{Sandbox: s, tm: launch.Times{Copied: s.Copied, NetUp: s.NetUp, MemData: s.MemData}}, nil
 }
 
 // Kill implements runtime.Runtime: QMP quit, then SIGKILL; network, cgroup
@@ -220,6 +172,8 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 	defer b.mu.Unlock()
 	r.finishTeardown(ctx, id, b)
 	r.slots.Forget(id)
+	r.kept.Take(id)
+	b.kept = false // its undos are a running sandbox's
 	if !b.created && b.slot == nil {
 		r.pushAll(ctx, id, b)
 	}
@@ -254,9 +208,7 @@ func (r *Runtime) pushAll(ctx context.Context, id string, b *sandbox) {
 		}
 		c := b.qmp
 		if c == nil {
-			dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			c, _ = qemu.DialQMP(dctx, filepath.Join(dir, "qmp.sock"))
-			cancel()
+			c, _ = qemu.DialQMPIn(ctx, dir, 500*time.Millisecond)
 		}
 		err := p.Stop(ctx, c)
 		if c != nil {
@@ -270,9 +222,7 @@ func (r *Runtime) pushAll(ctx context.Context, id string, b *sandbox) {
 // VMs; b.mu is held.
 func (r *Runtime) client(ctx context.Context, id string, b *sandbox) (*qmp.Client, error) {
 	if b.qmp == nil {
-		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		c, err := qemu.DialQMP(dctx, filepath.Join(r.sandboxDir(id), "qmp.sock"))
+		c, err := qemu.DialQMPIn(ctx, r.sandboxDir(id), 2*time.Second)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox %s: %w", id, err)
 		}
@@ -312,7 +262,7 @@ func (r *Runtime) Wait(ctx context.Context, id string) (runtime.ExitStatus, erro
 	var p *qemu.Proc
 	if b, ok := r.boxes.Lookup(id); ok {
 		b.mu.Lock()
-		if b.created {
+		if b.created && !b.paused {
 			p = b.proc
 		}
 		b.mu.Unlock()

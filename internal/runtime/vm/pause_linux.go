@@ -13,10 +13,7 @@ import (
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/freeze"
-	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
-	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 	"github.com/moatsh/moat/internal/runtime/vm/launch"
-	"github.com/moatsh/moat/internal/runtime/vm/memfile"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 )
@@ -64,10 +61,10 @@ func (r *Runtime) runningBox(id, op string) (*sandbox, *snapshot.Meta, error) {
 }
 
 // Pause implements runtime.Runtime: the guest's device state is saved next
-// to its memory file, then QEMU exits; the sandbox's network and cgroup go
-// right after, in the background (see release); its directory stays. The
-// sandbox keeps no RAM or process until
-// Resume. A pause that fails leaves the sandbox running. Errors:
+// to its memory file, then QEMU exits (unless it is kept, stopped, for a
+// quick resume: kept_linux.go); the sandbox's network and cgroup go right
+// after, in the background (see release); its directory stays. Once its
+// QEMU is gone, the sandbox keeps no RAM or process until Resume. A pause that fails leaves the sandbox running. Errors:
 // ErrNotFound, ErrFailedPrecondition (already paused, or created by a
 // version without meta.json).
 func (r *Runtime) Pause(ctx context.Context, id string) error {
@@ -93,22 +90,25 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	pt.Committed = time.Now()
 	// The pause is complete: what fails from here on is left for Kill,
 	// which removes everything by name.
-	if err := r.release(ctx, id, b, &pt); err != nil {
-		r.log.WarnContext(ctx, "sandbox paused; cleanup incomplete", "sandbox", id, "err", err)
+	kept := r.keep(id, b) // kept_linux.go
+	if pt.Quit = pt.Committed; !kept {
+		if err := r.release(ctx, id, b, &pt); err != nil {
+			r.log.WarnContext(ctx, "sandbox paused; cleanup incomplete", "sandbox", id, "err", err)
+		}
+		r.bg.Add(1)
+		go func() {
+			defer r.bg.Done()
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			r.finishTeardown(ctx, id, b)
+		}()
 	}
-	r.bg.Add(1)
-	go func() {
-		defer r.bg.Done()
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		r.finishTeardown(ctx, id, b)
-	}()
 	b.paused = true
 	b.pauseWritten = pt.Written
 	b.handle = &runtime.Handle{ID: id, Runtime: Name, Paused: true}
 	r.log.InfoContext(ctx, "sandbox paused", "sandbox", id, "took", time.Since(pt.Start).Round(time.Millisecond),
 		"link_down", between(pt.Start, pt.LinkDown), "save", between(pt.LinkDown, pt.Saved), "sync", between(pt.Saved, pt.Synced),
-		"commit", between(pt.Synced, pt.Committed), "quit", between(pt.Committed, pt.Quit), "written_kib", pt.Written>>10)
+		"commit", between(pt.Synced, pt.Committed), "quit", between(pt.Committed, pt.Quit), "kept", kept, "written_kib", pt.Written>>10)
 	return nil
 }
 
@@ -162,8 +162,9 @@ func (r *Runtime) finishTeardown(ctx context.Context, id string, b *sandbox) {
 	r.log.DebugContext(ctx, "paused sandbox released", "sandbox", id, "took", time.Since(start).Round(time.Millisecond))
 }
 
-// Resume implements runtime.Runtime: a new QEMU in a new network namespace
-// (the address may change) loads the saved state over the sandbox's memory
+// Resume implements runtime.Runtime: a kept QEMU continues
+// (kept_linux.go), else a new QEMU in a new network namespace (the address
+// may change) loads the saved state over the sandbox's memory
 // file and continues. It works for sandboxes paused by an earlier process
 // (after Recover). If it fails before the guest ran, the sandbox stays
 // paused (nil handle); after, the handle comes with the error: the VM runs.
@@ -178,6 +179,11 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 	if !b.paused {
 		return nil, fmt.Errorf("resume sandbox %s: not paused: %w", id, errdefs.ErrFailedPrecondition)
 	}
+	if b.kept {
+		if h, err := r.resumeKept(ctx, id, b); h != nil || err != nil {
+			return h, err
+		}
+	}
 	r.finishTeardown(ctx, id, b) // its network and cgroup names are about to be reused
 	dir := r.sandboxDir(id)
 	meta, err := snapshot.ReadMeta(dir)
@@ -190,7 +196,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 	_ = os.Rename(filepath.Join(dir, "console.log"), filepath.Join(dir, "console.log.1"))
 	start := time.Now()
 	var undo cleanup.Stack
-	var tm restoreTimes
+	var tm launch.Times
 	h, consumed, err := r.resumeVM(ctx, id, b, meta, &undo, &tm)
 	if err != nil && !consumed {
 		// Still paused: state and mem are untouched.
@@ -208,7 +214,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 		return h, fmt.Errorf("resume sandbox %s (running, but not healthy): %w", id, err)
 	}
 	r.log.InfoContext(ctx, "sandbox resumed", "sandbox", id, "addr", h.Addr, "pid", h.PID,
-		"took", time.Since(start).Round(time.Millisecond), "net", between(start, tm.netUp), tm.phases())
+		"took", time.Since(start).Round(time.Millisecond), "net", between(start, tm.NetUp), tm.Phases())
 	return h, nil
 }
 
@@ -216,13 +222,13 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 // undo), loads its state, removes the state file and continues the guest.
 // consumed reports whether the state file is gone (the guest may run).
 // Its milestones go to tm.
-func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *snapshot.Meta, undo *cleanup.Stack, tm *restoreTimes) (_ *runtime.Handle, consumed bool, _ error) {
+func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *snapshot.Meta, undo *cleanup.Stack, tm *launch.Times) (_ *runtime.Handle, consumed bool, _ error) {
 	n, err := r.net.Setup(ctx, id, meta.AllowInternet)
 	if err != nil {
 		return nil, false, err
 	}
 	undo.Push(func() error { return r.net.Teardown(context.WithoutCancel(ctx), id) })
-	tm.netUp = time.Now()
+	tm.NetUp = time.Now()
 	m, err := launch.RestoreMachine(id, r.sandboxDir(id), meta, r.tscKHz)
 	if err != nil {
 		return nil, false, err
@@ -240,34 +246,11 @@ func (r *Runtime) resumeVM(ctx context.Context, id string, b *sandbox, meta *sna
 	if err := r.startVolumes(ctx, id, n, ids, nil, b, undo, false); err != nil {
 		return nil, false, err
 	}
-	tm.launched = time.Now()
-	if err := qemu.Incoming(ctx, c, r.statePath(id)); err != nil {
-		return nil, false, fmt.Errorf("load state: %w (qemu: %q)", err, qemu.TailFile(qemu.LogPath(r.sandboxDir(id)), 1024))
-	}
-	// Once the guest runs, mem no longer matches state: state goes first.
-	if err := os.Remove(r.statePath(id)); err != nil {
-		return nil, false, fmt.Errorf("consume state: %w", err)
-	}
+	tm.Launched = time.Now()
+	dir := r.sandboxDir(id)
 	h := &runtime.Handle{ID: id, Runtime: Name, Addr: n.SandboxAddr, PID: p.Pid}
-	if err := memfile.SyncDir(r.sandboxDir(id)); err != nil {
-		return h, true, err
-	}
-	tm.loaded = time.Now()
-	restored := p.Con.Watch(guestinit.RestoredMarker)
-	defer restored.Stop()
-	if err := c.Execute(ctx, "cont", nil, nil); err != nil {
-		return h, true, err
-	}
-	if err := qemu.SetLink(ctx, c, true); err != nil {
-		return h, true, err
-	}
-	tm.restored = time.Now()
-	if err := guestenvd.WaitRestored(ctx, envdAddr(h), r.o.readyTimeout); err != nil {
-		return h, true, fmt.Errorf("%w (console: %q)", err, p.Con.Tail(1024))
-	}
-	tm.health = time.Now()
-	if err := restored.Wait(ctx, r.o.readyTimeout); err != nil {
-		return h, true, err
-	}
-	return h, true, nil
+	x := launch.Restore{Proc: p, QMP: c, Dir: dir, State: r.statePath(id), Envd: envdAddr(h), Timeout: r.o.readyTimeout,
+		Consume: func() (err error) { consumed, err = freeze.Consume(dir); return err }}
+	err = x.Run(ctx, tm)
+	return h, consumed, err
 }

@@ -126,12 +126,7 @@ func qemuPIDs(dir string) []int {
 func TestPauseResumeKeepsStateAndClock(t *testing.T) {
 	r := testRuntime(t)
 	ctx := context.Background()
-	h := create(t, r)
-	sh(t, h, "echo on-disk > /root/file && echo in-ram > /dev/shm/value && "+counterLoop)
-	c := waitCounterAbove(t, h, 1)
-	if err := r.Pause(ctx, h.ID); err != nil {
-		t.Fatal(err)
-	}
+	h, c := createCountingPaused(t, r)
 	// A policy set right after the pause comes after its network teardown.
 	if err := r.SetEgress(ctx, h.ID, netpolicy.Egress{}); err != nil {
 		t.Fatal(err)
@@ -244,7 +239,7 @@ func restarted(t *testing.T, r *Runtime) *Runtime {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	r2, err := New(context.Background(), runtime.Config{DataDir: filepath.Dir(r.dir), Logger: log},
 		WithAccel(r.o.accel), WithNetwork(r.net), WithInit(r.o.init), WithCgroupParent(r.o.cgroupParent), WithDiskFree(r.o.diskFreeMiB),
-		WithNFSD(r.o.nfsd), WithPrelaunch(0))
+		WithNFSD(r.o.nfsd), WithPrelaunch(0), WithKeepPaused(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,15 +269,23 @@ func TestRecoverPaused(t *testing.T) {
 	if _, err := r2.Wait(ctx, h.ID); !errdefs.IsNotFound(err) {
 		t.Errorf("Wait on a recovered paused sandbox = %v, want not found (no qemu)", err)
 	}
-	h2, err := r2.Resume(ctx, h.ID)
+	resumeInRestarted(t, r, r2, h.ID, "cat /root/file /dev/shm/value", "kept\nkept-in-ram")
+}
+
+// resumeInRestarted resumes id in r2 (a runtime started after r crashed),
+// checks that cmd prints want, kills it there and drops r's bookkeeping.
+func resumeInRestarted(t *testing.T, r, r2 *Runtime, id, cmd, want string) {
+	t.Helper()
+	ctx := context.Background()
+	h2, err := r2.Resume(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := sh(t, h2, "cat /root/file /dev/shm/value"); got != "kept\nkept-in-ram" {
-		t.Errorf("files after resume in a new runtime: %q", got)
+	if got := sh(t, h2, cmd); got != want {
+		t.Errorf("%s after resume in a new runtime: %q, want %q", cmd, got, want)
 	}
 	killAndCheck(t, r2, h2)
-	_ = r.Kill(ctx, h.ID) // drops r's bookkeeping
+	_ = r.Kill(ctx, id)
 }
 
 // TestRecoverCrashWindows plays a server crash at the two points of a
@@ -393,4 +396,18 @@ func waitTornDown(t testing.TB, r *Runtime, id string) {
 	case <-time.After(time.Minute):
 		t.Fatalf("sandbox %s: the paused sandbox's teardown did not run", id)
 	}
+}
+
+// createCountingPaused creates a sandbox with a file on disk, one in
+// /dev/shm and a running counter, and pauses it; c is a counter value
+// read before the pause.
+func createCountingPaused(t *testing.T, r *Runtime) (*runtime.Handle, int) {
+	t.Helper()
+	h := create(t, r)
+	sh(t, h, "echo on-disk > /root/file && echo in-ram > /dev/shm/value && "+counterLoop)
+	c := waitCounterAbove(t, h, 1)
+	if err := r.Pause(context.Background(), h.ID); err != nil {
+		t.Fatal(err)
+	}
+	return h, c
 }

@@ -26,10 +26,14 @@ import (
 // same guest in the same run:
 //
 //   - moat: stop, save the device state only (guest RAM already lives in the
-//     sandbox's memory file), fdatasync mem/disk/state, quit QEMU; resume is
-//     a new QEMU mapping that file, loading the device state only. The
-//     network and cgroup teardown a pause leaves to the background runs
-//     (untimed) before the resume is timed.
+//     sandbox's memory file), fdatasync mem/disk/state, keep the stopped
+//     QEMU (kept_linux.go); resume consumes the state and continues it.
+//   - moat, QEMU gone (a resume after the kept QEMU was let go: later than
+//     keepFor, after a restart): the same pause, then QEMU quits; resume is
+//     a new QEMU mapping the memory file, loading the device state only.
+//     The network and cgroup teardown runs (untimed) before the resume is
+//     timed. Measured in the idle rounds and the little row, by a second
+//     pause after the first round trip.
 //   - baseline: stop, migrate all guest RAM into one file (x-ignore-shared
 //     off), fsync it, quit QEMU; resume is a new QEMU loading all of it.
 //
@@ -51,6 +55,7 @@ var pauseBenchOnce sync.Once
 
 func runPauseBench(b *testing.B) {
 	r := testRuntime(b)
+	withKept(b, r, 4, time.Hour)
 	rounds := 3
 	if s := os.Getenv("MOAT_BENCH_PAUSE_ROUNDS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -83,9 +88,29 @@ type pauseRow struct {
 	hotPause, hotResume   []time.Duration
 	idlePause, idleResume []time.Duration
 	basePause, baseResume []time.Duration
-	stateBytes            int64   // size of the baseline's migration file
-	hotDirty              []int64 // host Dirty (MiB) right before a hot pause
-	hotBytes, idleBytes   []int64 // what each pause wrote
+	stateBytes            int64           // size of the baseline's migration file
+	hotDirty              []int64         // host Dirty (MiB) right before a hot pause
+	hotBytes, idleBytes   []int64         // what each pause wrote
+	coldResume            []time.Duration // resumes in a new QEMU (kept one let go)
+}
+
+// coldResume pauses sandbox id again, lets its kept QEMU go and times its
+// resume in a new QEMU.
+func coldResume(b *testing.B, r *Runtime, row *pauseRow, id string) *runtime.Handle {
+	ctx := context.Background()
+	time.Sleep(time.Second) // see benchPauseLittle
+	if err := r.Pause(ctx, id); err != nil {
+		b.Fatal(err)
+	}
+	r.releaseKept(ctx, id)
+	waitTornDown(b, r, id)
+	r0 := time.Now()
+	h, err := r.Resume(ctx, id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	row.coldResume = append(row.coldResume, time.Since(r0))
+	return h
 }
 
 // add records one round of the hot or the idle variant.
@@ -143,6 +168,8 @@ func benchPauseLittle(b *testing.B, r *Runtime, rounds int) pauseRow {
 			b.Fatal(err)
 		}
 		row.add(false, p1.Sub(p0), time.Since(r0), written)
+		checkFill(b, h, i)
+		h = coldResume(b, r, &row, spec.ID)
 		checkFill(b, h, i)
 	}
 	return row
@@ -205,6 +232,10 @@ func benchPauseSize(b *testing.B, r *Runtime, mib, rounds int) pauseRow {
 			p2 := time.Now()
 			checkFill(b, h, i)
 			row.add(idle, p1.Sub(p0), p2.Sub(r0), written)
+			if idle {
+				h = coldResume(b, r, &row, spec.ID)
+				checkFill(b, h, i)
+			}
 		}
 	}
 	state := filepath.Join(os.TempDir(), "moat-baseline-"+spec.ID)
@@ -363,21 +394,23 @@ func printPauseTable(rows []pauseRow) {
 		return fmt.Sprintf("%.2f", float64(b)/float64(a))
 	}
 	fmt.Println("pause/resume medians (TCG guest; baseline = plain migrate-to-file, same guest, same run)")
-	fmt.Printf("%-9s | %-21s | %-10s | %-9s | %-21s | %-10s | %-21s | %-15s | %s\n", "touched", "moat hot pause/resume", "written",
-		"dirty", "moat idle pause/resume", "written", "baseline pause/resume", "baseline/moat", "baseline file")
+	fmt.Printf("%-9s | %-21s | %-10s | %-9s | %-21s | %-10s | %-11s | %-21s | %-15s | %s\n", "touched", "moat hot pause/resume", "written",
+		"dirty", "moat idle pause/resume", "written", "resume, no QEMU", "baseline pause/resume", "baseline/moat", "baseline file")
 	for _, r := range rows {
 		hp, hr, ip, ir := median(r.hotPause), median(r.hotResume), median(r.idlePause), median(r.idleResume)
-		bp, br := median(r.basePause), median(r.baseResume)
+		bp, br, cr := median(r.basePause), median(r.baseResume), median(r.coldResume)
 		if r.mib == 0 {
-			fmt.Printf("%-9s | %9s / %-9s | %10s | (fresh sandbox; its commands wrote a few bytes since its restore)\n",
-				"little", ms(hp), ms(hr), mib(medianInt(r.hotBytes)))
+			fmt.Printf("%-9s | %9s / %-9s | %10s | (fresh sandbox; its commands wrote a few bytes since its restore) | resume, no QEMU %s\n",
+				"little", ms(hp), ms(hr), mib(medianInt(r.hotBytes)), ms(cr))
 			continue
 		}
-		fmt.Printf("%-9s | %9s / %-9s | %10s | %5d MiB | %9s / %-9s | %10s | %9s / %-9s | %5s / %-7s | %d MiB\n",
+		fmt.Printf("%-9s | %9s / %-9s | %10s | %5d MiB | %9s / %-9s | %10s | %11s | %9s / %-9s | %5s / %-7s | %d MiB\n",
 			strconv.Itoa(r.mib)+" MiB", ms(hp), ms(hr), mib(medianInt(r.hotBytes)), medianInt(r.hotDirty), ms(ip), ms(ir),
-			mib(medianInt(r.idleBytes)), ms(bp), ms(br), ratio(hp, bp), ratio(hr, br), r.stateBytes>>20)
+			mib(medianInt(r.idleBytes)), ms(cr), ms(bp), ms(br), ratio(hp, bp), ratio(hr, br), r.stateBytes>>20)
 	}
-	fmt.Println("(written: memory pages dirty at the pause's sync plus the state file, by cachestat(2); dirty: host")
-	fmt.Println(" memory waiting for writeback before a hot pause; baseline/moat compares hot pause and resume with")
-	fmt.Println(" the baseline: >1 means Moat is faster)")
+	fmt.Println("(moat pause/resume: the stopped QEMU is kept and continued; resume, no QEMU: the same sandbox resumed")
+	fmt.Println(" in a new QEMU after its kept one was let go, as after keepFor or a restart; written: memory pages")
+	fmt.Println(" dirty at the pause's sync plus the state file, by cachestat(2); dirty: host memory waiting for")
+	fmt.Println(" writeback before a hot pause; baseline/moat compares hot pause and resume with the baseline: >1")
+	fmt.Println(" means Moat is faster)")
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/cgroups"
-	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/launch"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
@@ -72,7 +71,7 @@ func (r *Runtime) recoverLive(ctx context.Context, id string) (*runtime.Handle, 
 		}
 		var errs []error
 		if p != nil { // the pause was complete, or a resume had not yet used the state
-			c := dialQMP(ctx, dir, time.Second)
+			c, _ := qemu.DialQMPIn(ctx, dir, time.Second)
 			errs = append(errs, p.Stop(ctx, c))
 			if c != nil {
 				c.Close()
@@ -84,17 +83,6 @@ func (r *Runtime) recoverLive(ctx context.Context, id string) (*runtime.Handle, 
 		return r.adoptRunning(ctx, id, p)
 	}
 	return nil, nil
-}
-
-// dialQMP connects to the QMP socket in dir, or returns nil.
-func dialQMP(ctx context.Context, dir string, timeout time.Duration) *qmp.Client {
-	dctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	c, err := qemu.DialQMP(dctx, filepath.Join(dir, "qmp.sock"))
-	if err != nil {
-		return nil
-	}
-	return c
 }
 
 // adoptPaused registers sandbox id as paused to disk.
@@ -117,7 +105,7 @@ func (r *Runtime) adoptRunning(ctx context.Context, id string, p *qemu.Proc) (*r
 	if !ok {
 		return nil, nil
 	}
-	c := dialQMP(ctx, r.sandboxDir(id), 2*time.Second)
+	c, _ := qemu.DialQMPIn(ctx, r.sandboxDir(id), 2*time.Second)
 	if c != nil {
 		st, err := qemu.Status(ctx, c)
 		switch {
@@ -135,7 +123,10 @@ func (r *Runtime) adoptRunning(ctx context.Context, id string, p *qemu.Proc) (*r
 			return nil, fmt.Errorf("recover sandbox %s: %w", id, err)
 		}
 	}
-	p.Con = r.reconnectConsole(ctx, id, p)
+	var err error
+	if p.Con, err = qemu.Reconnect(ctx, r.sandboxDir(id), p.Alive); err != nil {
+		r.log.WarnContext(ctx, "adopted sandbox has no console: pause and snapshot will fail", "sandbox", id, "err", err)
+	}
 	b := r.boxes.Get(id)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -154,34 +145,12 @@ func (r *Runtime) adoptRunning(ctx context.Context, id string, p *qemu.Proc) (*r
 	return b.handle, nil
 }
 
-// reconnectConsole connects to the serial port of adopted QEMU p again
-// (it dropped the output while nobody listened), or follows the console
-// file of a QEMU started by an older version; nil when neither works.
-func (r *Runtime) reconnectConsole(ctx context.Context, id string, p *qemu.Proc) *qemu.Console {
-	dir := r.sandboxDir(id)
-	sock := filepath.Join(dir, "console.sock")
-	if _, err := os.Lstat(sock); err != nil {
-		con, err := qemu.FollowFile(filepath.Join(dir, "console.log"), p.Alive)
-		if err != nil {
-			r.log.WarnContext(ctx, "adopted sandbox has no console: pause and snapshot will fail", "sandbox", id, "err", err)
-		}
-		return con
-	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	con, err := qemu.DialConsole(cctx, sock, filepath.Join(dir, "console.log"), p.Alive)
-	if err != nil {
-		r.log.WarnContext(ctx, "adopted sandbox: console", "sandbox", id, "err", err)
-		return nil
-	}
-	return con
-}
-
 // Close ends r's background work (spare and slot refills), kills its
-// slots and removes its spares; its sandboxes keep running (a later
+// slots, quits kept QEMUs and removes its spares; its sandboxes keep running (a later
 // Recover adopts them).
 func (r *Runtime) Close() error {
 	err := r.slots.Close(context.Background())
+	r.kept.Close()
 	r.bg.Wait()
 	return errors.Join(err, r.spares.Close())
 }

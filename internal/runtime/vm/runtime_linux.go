@@ -20,6 +20,7 @@ import (
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/container"
 	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
+	"github.com/moatsh/moat/internal/runtime/vm/kept"
 	"github.com/moatsh/moat/internal/runtime/vm/launch"
 	"github.com/moatsh/moat/internal/runtime/vm/memfile"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
@@ -58,7 +59,9 @@ type options struct {
 	diskFreeMiB  int
 	noJail       bool
 	spares       int
-	prelaunch    int    // slots per template build and size (slots_linux.go)
+	prelaunch    int // slots per template build and size (slots_linux.go)
+	keepMax      int // paused sandboxes that keep their QEMU (kept_linux.go)
+	keepFor      time.Duration
 	nfsd         string // moat-nfsd ("" = next to the running executable, else on PATH)
 }
 
@@ -117,6 +120,7 @@ type Runtime struct {
 	flush  memfile.Flusher    // memory files of the sandboxes this process runs
 	vols   *volserver.Spawner // the sandboxes' volume servers (volumes_linux.go)
 	slots  *slots.Set         // QEMUs launched ahead (slots_linux.go)
+	kept   *kept.Set          // paused sandboxes' stopped QEMUs (kept_linux.go)
 }
 
 // sandbox is one VM's bookkeeping.
@@ -128,7 +132,8 @@ type sandbox struct {
 	qmp     *qmp.Client       // guarded by mu; nil for adopted VMs until needed
 	vols    *volserver.Server // guarded by mu; the volume server, nil without volumes
 	created bool              // guarded by mu
-	paused  bool              // guarded by mu; saved to <dir>/state, no QEMU, network or cgroup
+	paused  bool              // guarded by mu; saved to <dir>/state, no QEMU, network or cgroup unless kept
+	kept    bool              // guarded by mu; paused, its QEMU stopped but kept (kept_linux.go)
 	// pauseWritten is what the last Pause wrote (bytes; guarded by mu).
 	pauseWritten int64
 	// teardown releases what a Pause left to release after it returned
@@ -146,12 +151,16 @@ type sandbox struct {
 func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
 	o := options{accel: cfg.Backends.VMAccel, init: cfg.Backends.VMInit, nfsd: cfg.Backends.VMNFSD, oci: cfg.Backends.OCIRuntime,
 		cgroupParent: "/moat", readyTimeout: 30 * time.Second,
-		bootTimeout: 120 * time.Second, diskFreeMiB: 128, spares: memfile.DefaultSpares, prelaunch: DefaultPrelaunch}
+		bootTimeout: 120 * time.Second, diskFreeMiB: 128, spares: memfile.DefaultSpares, prelaunch: DefaultPrelaunch,
+		keepMax: DefaultKeepPaused, keepFor: defaultKeepFor}
 	switch n := cfg.Backends.VMPrelaunch; {
 	case n < 0:
 		o.prelaunch = 0
 	case n > 0:
 		o.prelaunch = n
+	}
+	if n := cfg.Backends.VMKeepPaused; n != 0 {
+		o.keepMax = max(n, 0)
 	}
 	for _, f := range opts {
 		f(&o)
@@ -189,6 +198,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 		launcher: &launch.Launcher{QEMU: o.qemu, NoJail: o.noJail}}
 	r.spares = memfile.NewSpares(log, r.dir, o.spares)
 	r.slots = slots.New(log, o.prelaunch, slotKeys, slotDelay, r.Kill)
+	r.kept = kept.New(o.keepMax, o.keepFor, r.releaseKept)
 	r.vols = &volserver.Spawner{Src: o.nfsd, Log: log}
 	// The container runtime allocates from the same ID space under
 	// <DataDir>/sandboxes: its ranges count as taken (and both lock both

@@ -10,6 +10,7 @@ import (
 
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/vm/launch"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 )
 
@@ -33,8 +34,12 @@ func WithPrelaunch(n int) Option { return func(o *options) { o.prelaunch = n } }
 
 // slotKey is what a slot must share with a create to serve it: the
 // template build ("/" cannot occur in it) and the size.
-func slotKey(spec runtime.Spec) string {
-	return snapshot.TemplateKey(spec) + "/" + strconv.Itoa(spec.VCPUs) + "/" + strconv.Itoa(spec.MemoryMiB) + "/" + strconv.Itoa(spec.DiskMiB)
+func slotKey(spec runtime.Spec) string { return buildSlotKey(snapshot.TemplateKey(spec), spec) }
+
+// buildSlotKey is slotKey of spec with its template build key tpl known
+// (a template snapshot's Template: TemplateKey reads the template's stamp).
+func buildSlotKey(tpl string, spec runtime.Spec) string {
+	return tpl + "/" + strconv.Itoa(spec.VCPUs) + "/" + strconv.Itoa(spec.MemoryMiB) + "/" + strconv.Itoa(spec.DiskMiB)
 }
 
 // slotEligible says whether a create of spec may use and refill slots.
@@ -66,7 +71,7 @@ func (r *Runtime) takeSlot(spec runtime.Spec, snap *snapshot.Snapshot, b *sandbo
 		return nil, err
 	}
 	now := time.Now()
-	l.tm = restoreTimes{copied: now, netUp: now, slot: true}
+	l.tm = launch.Times{Copied: now, NetUp: now, Slot: true}
 	if l.Meta.AllowInternet != spec.AllowInternet {
 		l.Meta.AllowInternet = spec.AllowInternet
 		if err := snapshot.WriteMeta(r.sandboxDir(spec.ID), l.Meta); err != nil {
@@ -81,7 +86,7 @@ func (r *Runtime) takeSlot(spec runtime.Spec, snap *snapshot.Snapshot, b *sandbo
 // was just created from snap).
 func (r *Runtime) refillSlots(spec runtime.Spec, snap *snapshot.Snapshot) {
 	if slotEligible(spec) {
-		r.slots.Refill(slotKey(spec), func(ctx context.Context) (string, error) { return r.makeSlot(ctx, spec, snap) })
+		r.slots.Refill(buildSlotKey(snap.Template, spec), func(ctx context.Context) (string, error) { return r.makeSlot(ctx, spec, snap) })
 	}
 }
 

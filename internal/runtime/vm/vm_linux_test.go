@@ -144,7 +144,8 @@ func testRuntime(t testing.TB) *Runtime {
 		}
 		shared, sharedErr = New(context.Background(), runtime.Config{DataDir: filepath.Join(testDir, "data"), Logger: log},
 			WithAccel("tcg"), WithNetwork(m), WithInit(filepath.Join(testDir, "moat-vminit")), WithNFSD(filepath.Join(testDir, "moat-nfsd")),
-			WithCgroupParent(testCgroup), WithDiskFree(64), WithPrelaunch(0)) // slots: slots_linux_test.go
+			WithCgroupParent(testCgroup), WithDiskFree(64), WithPrelaunch(0), // slots: slots_linux_test.go
+			WithKeepPaused(0, 0)) // kept QEMUs: kept_linux_test.go
 	})
 	if sharedErr != nil {
 		t.Fatal(sharedErr)

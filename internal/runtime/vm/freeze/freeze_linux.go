@@ -29,6 +29,7 @@ import (
 	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 	"github.com/moatsh/moat/internal/runtime/vm/memfile"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
+	"github.com/moatsh/moat/internal/sparse"
 )
 
 // Times are the milestones of a pause, for the log, and the bytes it
@@ -61,6 +62,36 @@ func Save(ctx context.Context, c *qmp.Client, con *qemu.Console, dir string, tim
 		return err
 	}
 	return nil
+}
+
+// Consume removes dir/state before the guest runs again (mem no longer
+// matches it then) and makes that durable. consumed reports whether state
+// is gone: after an error with consumed false the sandbox is still paused.
+func Consume(dir string) (consumed bool, _ error) {
+	if err := os.Remove(filepath.Join(dir, "state")); err != nil {
+		return false, fmt.Errorf("consume state: %w", err)
+	}
+	return true, memfile.SyncDir(dir)
+}
+
+// Copy freezes the guest in dir and copies its device state, memory and
+// disk into dst (a snapshot's directory) and returns the memory data
+// copied. The copies need not be durable yet: they do not change once the
+// guest runs again (Thaw). timeout is Freeze's.
+func Copy(ctx context.Context, c *qmp.Client, con *qemu.Console, dir, dst string, timeout time.Duration) (int64, error) {
+	if err := Freeze(ctx, c, con, filepath.Join(dst, "state"), timeout, nil); err != nil {
+		return 0, err
+	}
+	n, err := sparse.Copy(filepath.Join(dir, "mem"), filepath.Join(dst, "mem"))
+	if err != nil {
+		return 0, err
+	}
+	// The migration inactivated the disk, so its qcow2 metadata is written
+	// out; its backing file (the template's disk) stays where it is.
+	if _, err := sparse.Copy(filepath.Join(dir, "disk.qcow2"), filepath.Join(dst, "disk.qcow2")); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 // Freeze cuts the guest's link (moat-vminit notes it, so that raising it

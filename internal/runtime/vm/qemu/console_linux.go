@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -226,6 +227,20 @@ func (c *Console) Close() {
 		c.stopOnce.Do(func() { close(c.stop) })
 	}
 	<-c.done
+}
+
+// Reconnect connects to the serial port (console.sock) of a running QEMU
+// of sandbox directory dir again (QEMU dropped the output while nobody
+// listened), or follows its console.log when it has none (a QEMU started
+// by an older version). alive is the QEMU process's.
+func Reconnect(ctx context.Context, dir string, alive func() bool) (*Console, error) {
+	sock, log := filepath.Join(dir, "console.sock"), filepath.Join(dir, "console.log")
+	if _, err := os.Lstat(sock); err != nil {
+		return FollowFile(log, alive)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return DialConsole(ctx, sock, log, alive)
 }
 
 // FollowFile follows the serial output file that QEMUs started by older

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -31,6 +32,14 @@ func sockRef(path string) (string, func(), error) {
 		return "", nil, fmt.Errorf("%s: not a unix socket", path)
 	}
 	return "/proc/self/fd/" + strconv.Itoa(fd), func() { unix.Close(fd) }, nil
+}
+
+// DialQMPIn connects to the QMP socket (qmp.sock) of the QEMU of sandbox
+// directory dir, waiting at most timeout for it.
+func DialQMPIn(ctx context.Context, dir string, timeout time.Duration) (*qmp.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return DialQMP(ctx, filepath.Join(dir, "qmp.sock"))
 }
 
 // DialQMP connects to the QMP socket at path, waiting for QEMU to create
