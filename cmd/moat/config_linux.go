@@ -17,7 +17,7 @@ import (
 type backendFlags struct {
 	oci, runsc, gvisorPlatform, gvisorNetwork, gvisorFlags string
 	vmAccel, vmInit, vmNFSD                                string
-	vmPrelaunch, vmKeepPaused                              int
+	vmPrelaunch, vmKeepPaused, containerPrelaunch          int
 }
 
 func (b *backendFlags) register(cmd *cobra.Command) {
@@ -36,6 +36,8 @@ func (b *backendFlags) register(cmd *cobra.Command) {
 		"vm runtime: the moat-vminit binary (env MOAT_VMINIT; default: next to the moat binary, else on PATH)")
 	f.IntVar(&b.vmPrelaunch, "vm-prelaunch", 1,
 		"vm runtime: QEMUs launched ahead, waiting for the snapshot, per template and size that was created before; 0 turns them off (default 1)")
+	f.IntVar(&b.containerPrelaunch, "container-prelaunch", 1,
+		"container runtime: containers created ahead (not started) per template and size that was created before; 0 turns them off (default 1)")
 	f.IntVar(&b.vmKeepPaused, "vm-keep-paused", 4,
 		"vm runtime: paused sandboxes (without volumes) whose QEMU stays, stopped, for 5 minutes, so that their resume only continues it; 0 turns it off (default 4)")
 	f.StringVar(&b.vmNFSD, "nfsd", envOr("", "MOAT_NFSD"),
@@ -45,7 +47,8 @@ func (b *backendFlags) register(cmd *cobra.Command) {
 func (b *backendFlags) backends() runtime.Backends {
 	return runtime.Backends{OCIRuntime: b.oci, Runsc: b.runsc, GVisorPlatform: b.gvisorPlatform,
 		GVisorNetwork: b.gvisorNetwork, GVisorFlags: strings.Fields(b.gvisorFlags), VMAccel: b.vmAccel, VMInit: b.vmInit,
-		VMNFSD: b.vmNFSD, VMPrelaunch: orNone(b.vmPrelaunch), VMKeepPaused: orNone(b.vmKeepPaused)}
+		VMNFSD: b.vmNFSD, VMPrelaunch: orNone(b.vmPrelaunch), VMKeepPaused: orNone(b.vmKeepPaused),
+		ContainerPrelaunch: orNone(b.containerPrelaunch)}
 }
 
 // addEnvdFlag registers --envd (env MOAT_ENVD): the envd binary installed
@@ -56,7 +59,7 @@ func addEnvdFlag(cmd *cobra.Command, dst *string) {
 }
 
 // orNone maps a count flag whose 0 means none (--vm-prelaunch,
-// --vm-keep-paused) to runtime.Backends, where 0 means the default.
+// --vm-keep-paused, --container-prelaunch) to runtime.Backends, where 0 means the default.
 func orNone(n int) int {
 	if n <= 0 {
 		return -1

@@ -203,8 +203,8 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 		return store.Sandbox{}, err
 	}
 	defer release()
-	// A sandbox made ahead (a microVM's QEMU waiting for its snapshot; never
-	// for snapshots or volumes) lends its ID; the deferred Kill frees it.
+	// A sandbox made ahead (runtime.Prelauncher; its policy is set beside its
+	// start, see runtimeset.Set.ApplyEgress) lends its ID; the deferred Kill frees it.
 	if id, ok := o.rts.Prelaunched(spec); ok {
 		spec.ID, sb.ID = id, id
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
 	"github.com/moatsh/moat/internal/runtime"
@@ -127,42 +128,57 @@ func TestCreateFailures(t *testing.T) {
 	}
 }
 
-// A create takes the ID of a sandbox the backend made ahead, with its
-// policy set before the runtime's Create; a failed one kills that ID.
+// A create takes the ID of a sandbox the backend made ahead; its policy
+// is set beside the runtime's Create (the slot's network lets nothing
+// out), and the create answers only once it is set. A failed one, or one
+// whose policy fails, kills that ID.
 func TestCreatePrelaunched(t *testing.T) {
 	env := orchestratortest.New(t, orchestrator.Config{ReadyTimeout: 500 * time.Millisecond})
 	const slot = "islot0000000000000001"
 	env.Runtime.AddSlot(slot)
-	var egressFirst bool
+	release := make(chan struct{})
+	env.Runtime.EgressF = func(string, netpolicy.Egress) error { <-release; return nil }
+	var egressDuring bool
 	env.Runtime.CreateF = func(spec runtime.Spec) error {
 		_, n := env.Runtime.Egress(spec.ID)
-		egressFirst = n > 0
+		egressDuring = n == 0 // the policy is still being set
+		close(release)
 		return nil
 	}
 	sb := create(t, env, orchestrator.CreateRequest{AllowOut: []string{"10.0.0.0/8"}})
 	if sb.ID != slot || env.Runtime.State(slot) != "running" {
 		t.Fatalf("created %s (%s), want the slot %s", sb.ID, env.Runtime.State(slot), slot)
 	}
-	if !egressFirst {
-		t.Fatal("the slot's Create came before its egress policy")
+	if !egressDuring {
+		t.Fatal("the slot's policy was set before its Create: it should overlap it")
 	}
-	if e, _ := env.Runtime.Egress(slot); len(e.Allow) != 1 {
-		t.Fatalf("slot's egress %+v", e)
+	if e, n := env.Runtime.Egress(slot); len(e.Allow) != 1 || n != 1 {
+		t.Fatalf("slot's egress %+v (set %d times) when the create answered", e, n)
 	}
 	if in, ok := env.Runtime.Init(slot); !ok || in.Internal["E2B_SANDBOX_ID"] != slot {
 		t.Fatalf("init of the slot %+v %v", in, ok)
 	}
+	env.Runtime.EgressF, env.Runtime.CreateF = nil, nil
 	if other := create(t, env, orchestrator.CreateRequest{}); other.ID == slot {
 		t.Fatal("a slot handed out twice")
 	}
-	const failing = "islot0000000000000002"
-	env.Runtime.AddSlot(failing)
-	env.Runtime.CreateF = func(runtime.Spec) error { return errdefs.ErrResourceExhausted }
-	if _, err := env.Orch.Create(context.Background(), orchestrator.CreateRequest{Team: team, Template: "base", Timeout: time.Minute}); err == nil {
-		t.Fatal("create succeeded")
+	failing := []struct {
+		id      string
+		create  func(runtime.Spec) error
+		egressF func(string, netpolicy.Egress) error
+	}{
+		{"islot0000000000000002", func(runtime.Spec) error { return errdefs.ErrResourceExhausted }, nil},
+		{"islot0000000000000003", nil, func(string, netpolicy.Egress) error { return errdefs.ErrInternal }},
 	}
-	if k := env.Runtime.Killed(); len(k) == 0 || k[len(k)-1] != failing {
-		t.Fatalf("killed %v, want the slot %s", k, failing)
+	for _, f := range failing {
+		env.Runtime.AddSlot(f.id)
+		env.Runtime.CreateF, env.Runtime.EgressF = f.create, f.egressF
+		if _, err := env.Orch.Create(context.Background(), orchestrator.CreateRequest{Team: team, Template: "base", Timeout: time.Minute}); err == nil {
+			t.Fatalf("%s: create succeeded", f.id)
+		}
+		if k := env.Runtime.Killed(); len(k) == 0 || k[len(k)-1] != f.id {
+			t.Fatalf("killed %v, want the slot %s", k, f.id)
+		}
 	}
 }
 

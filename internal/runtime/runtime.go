@@ -58,7 +58,8 @@ type Foregrounder interface {
 
 // Prelauncher is implemented by backends that make sandboxes ahead of the
 // request up to the point where the request's own values are needed (the
-// microVM backend: files, network and a QEMU waiting for the snapshot).
+// microVM backend: files, network and a QEMU waiting for the snapshot; the
+// container backend: files, network and a container created, not started).
 type Prelauncher interface {
 	// Prelaunched reserves a sandbox made ahead for spec (same template
 	// build and size; never for Spec.Snapshot or Spec.Volumes) and returns
@@ -220,7 +221,10 @@ type Backends struct {
 	VMInit         string   // vm: the moat-vminit binary ("" = next to the running executable, else on PATH)
 	VMNFSD         string   // vm: the moat-nfsd binary that serves volumes ("" = next to the running executable, else on PATH)
 	VMPrelaunch    int      // vm: QEMUs launched ahead per template build and size (0 = the backend's default, negative = none)
-	VMKeepPaused   int      // vm: paused sandboxes that keep their stopped QEMU (0 = the backend's default, negative = none)
+	// ContainerPrelaunch: containers created ahead (not started) per
+	// template build and size (0 = the backend's default, negative = none).
+	ContainerPrelaunch int
+	VMKeepPaused       int // vm: paused sandboxes that keep their stopped QEMU (0 = the backend's default, negative = none)
 }
 
 var (

@@ -42,10 +42,16 @@ const startConcurrent = 20
 // startRounds is how many times the concurrent creates are repeated.
 const startRounds = 3
 
+// startSettle is the pause before each sequential create: it comes to a
+// quiet server (the previous sandbox killed, a slot's making done), as an
+// agent's create usually does; bursts are the concurrent rounds.
+const startSettle = 150 * time.Millisecond
+
 // startReport holds what benchStart measured.
 type startReport struct {
 	bare                     bench.Series
 	unpooled, pooled         startSeries
+	noSlots                  *startSeries // unpooled with --container-prelaunch 0, when unpooled has slots
 	concUnpooled, concPooled bench.Series // wall time of startConcurrent creates→first command
 }
 
@@ -72,26 +78,70 @@ func benchStart(cmd *cobra.Command, dataDir string, be runtime.Backends, tmpl st
 	return nil
 }
 
-// benchUnpooled measures on a server without a pool: n creates, each next
-// to a bare crun run, then the concurrent rounds.
+// benchUnpooled measures on servers without a pool: n creates with no
+// slots (--container-prelaunch 0) and then the concurrent rounds, and,
+// unless slots are off, n creates on a server with slots (each create
+// starts the container its predecessor had created ahead); each create is
+// next to a bare crun run.
 func benchUnpooled(ctx context.Context, dataDir string, be runtime.Backends, tmpl, rootfs string, n int, rep *startReport) error {
+	nb := be
+	nb.ContainerPrelaunch = -1
+	base := &rep.unpooled
+	if be.ContainerPrelaunch >= 0 {
+		rep.unpooled.total.Name = "unpooled (created ahead)"
+		rep.noSlots = &startSeries{total: bench.Series{Name: "unpooled, --container-prelaunch 0"}}
+		base = rep.noSlots
+	}
+	err := withServer(ctx, dataDir, nb, func(c *moat.Client) error {
+		if err := sequentialCreates(ctx, c, be, tmpl, rootfs, 0, n, base, rep); err != nil {
+			return err
+		}
+		return concurrentRounds(ctx, c, tmpl, rep)
+	})
+	if err != nil || be.ContainerPrelaunch < 0 {
+		return err
+	}
+	return withServer(ctx, dataDir, be, func(c *moat.Client) error {
+		return sequentialCreates(ctx, c, be, tmpl, rootfs, -1, n, &rep.unpooled, rep)
+	})
+}
+
+// withServer runs f against an unpooled container server with be.
+func withServer(ctx context.Context, dataDir string, be runtime.Backends, f func(c *moat.Client) error) error {
 	c, stop, err := benchServer(ctx, dataDir, container.Name, be, nil)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	for i := range n {
+	return f(c)
+}
+
+// sequentialCreates times creates from..n-1 (negative ones untimed: the
+// first makes the first slot), each after startSettle and next to a bare
+// crun run.
+func sequentialCreates(ctx context.Context, c *moat.Client, be runtime.Backends, tmpl, rootfs string, from, n int, out *startSeries, rep *startReport) error {
+	for i := from; i < n; i++ {
+		time.Sleep(startSettle)
 		d, err := timeCreateFirstCommand(ctx, c, tmpl)
 		if err != nil {
 			return fmt.Errorf("unpooled create %d: %w", i, err)
 		}
-		rep.unpooled.add(d)
+		if i < 0 {
+			continue
+		}
+		out.add(d)
 		bare, err := container.BareRun(ctx, be.OCIRuntime, rootfs, "/bin/true")
 		if err != nil {
 			return fmt.Errorf("bare run %d: %w", i, err)
 		}
 		rep.bare.Samples = append(rep.bare.Samples, bare)
 	}
+	return nil
+}
+
+// concurrentRounds times startRounds of startConcurrent creates at once
+// on an unpooled server.
+func concurrentRounds(ctx context.Context, c *moat.Client, tmpl string, rep *startReport) error {
 	for i := range startRounds {
 		d, err := concurrentCreates(ctx, c, tmpl, startConcurrent)
 		if err != nil {
@@ -321,6 +371,11 @@ func (r startReport) print(w io.Writer, tmpl string) {
 	line(r.bare.Name, r.bare.Samples, "")
 	line(u.Name, u.Samples, fmt.Sprintf("%.2f× bare  target ≤ 1.50× bare  %s", ratio(u), verdict(ratio(u) <= 1.5)))
 	r.unpooled.printParts(line)
+	if ns := r.noSlots; ns != nil {
+		line(ns.total.Name, ns.total.Samples, fmt.Sprintf("%.2f× bare  (created ahead ÷ this: %.2f)", ratio(ns.total),
+			float64(u.Median())/max(float64(ns.total.Median()), 1)))
+		ns.printParts(line)
+	}
 	line(p.Name, p.Samples, fmt.Sprintf("%.2f× bare  target p50 ≤ 15 ms     %s", ratio(p), verdict(p.Median() <= 15*time.Millisecond)))
 	r.pooled.printParts(line)
 	fmt.Fprintf(w, "%d creates→first command at once: wall time until the last (median of %d rounds)\n", startConcurrent, startRounds)

@@ -49,6 +49,10 @@ type Set struct {
 
 	mu sync.Mutex
 	of map[string]runtime.Runtime // sandbox ID → its backend; guarded by mu
+	// ahead are the IDs Prelaunched handed out, until their Create or
+	// Kill: the channel gets the result of their policy's application in
+	// the background (nil until ApplyEgress; egress.go). Guarded by mu.
+	ahead map[string]chan error
 }
 
 var (
@@ -61,7 +65,7 @@ var (
 // New returns the set of rts (nil entries are skipped); the first is the
 // default. A name given twice or no runtime at all is ErrInvalidArgument.
 func New(rts []runtime.Runtime) (*Set, error) {
-	s := &Set{byName: map[string]runtime.Runtime{}, of: map[string]runtime.Runtime{}}
+	s := &Set{byName: map[string]runtime.Runtime{}, of: map[string]runtime.Runtime{}, ahead: map[string]chan error{}}
 	for _, rt := range rts {
 		if rt == nil {
 			continue
@@ -123,13 +127,19 @@ func (s *Set) Name() string { return s.order[0].Name() }
 func (s *Set) Features() runtime.Features { return s.order[0].Features() }
 
 // Create implements runtime.Runtime on the backend spec.Runtime names.
+// For a sandbox made ahead it also waits for its policy (ApplyEgress) and
+// fails if that failed.
 func (s *Set) Create(ctx context.Context, spec runtime.Spec) (*runtime.Handle, error) {
 	rt, err := s.Named(spec.Runtime)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, s.awaitEgress(spec.ID))
 	}
 	s.bind(spec.ID, rt) // a failed create is killed by ID
-	return rt.Create(ctx, spec)
+	h, err := rt.Create(ctx, spec)
+	if eerr := s.awaitEgress(spec.ID); eerr != nil {
+		return h, errors.Join(err, eerr)
+	}
+	return h, err
 }
 
 // Prelaunched implements runtime.Prelauncher on the backend spec.Runtime
@@ -147,6 +157,9 @@ func (s *Set) Prelaunched(spec runtime.Spec) (string, bool) {
 	id, ok := p.Prelaunched(spec)
 	if ok {
 		s.bind(id, rt)
+		s.mu.Lock()
+		s.ahead[id] = nil
+		s.mu.Unlock()
 	}
 	return id, ok
 }
@@ -154,6 +167,7 @@ func (s *Set) Prelaunched(spec runtime.Spec) (string, bool) {
 // Kill implements runtime.Runtime; an ID of no known backend is killed on
 // every backend (each removes what it has by that name; none is no error).
 func (s *Set) Kill(ctx context.Context, id string) error {
+	_ = s.awaitEgress(id) // its nft elements must not come after the teardown
 	rts := s.order
 	if rt, ok := s.lookup(id); ok {
 		rts = []runtime.Runtime{rt}

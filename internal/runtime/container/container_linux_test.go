@@ -130,8 +130,9 @@ func newID() string {
 }
 
 // newTestRuntime uses its own state root, cgroup parent, nft table, interface
-// prefix and subnet, so it never touches a running server's sandboxes.
-func newTestRuntime(t testing.TB, oci string) *Runtime {
+// prefix and subnet, so it never touches a running server's sandboxes. It
+// makes no slots unless opts ask for them (slots_linux_test.go).
+func newTestRuntime(t testing.TB, oci string, opts ...Option) *Runtime {
 	t.Helper()
 	requireRuntime(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -152,7 +153,8 @@ func newTestRuntime(t testing.TB, oci string) *Runtime {
 		t.Fatal(err)
 	}
 	r, err := New(context.Background(), runtime.Config{DataDir: dataDir, Logger: log},
-		WithOCIRuntime(oci), WithStateRoot(stateRoot), WithCgroupParent(testCgroups), WithNetwork(np))
+		append([]Option{WithOCIRuntime(oci), WithStateRoot(stateRoot), WithCgroupParent(testCgroups), WithNetwork(np), WithPrelaunch(0)},
+			opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

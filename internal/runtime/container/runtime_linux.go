@@ -21,6 +21,7 @@ import (
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/container/hostfs"
 	"github.com/moatsh/moat/internal/runtime/container/oci"
+	"github.com/moatsh/moat/internal/runtime/slots"
 )
 
 // Name is the backend's registered name.
@@ -44,6 +45,7 @@ type options struct {
 	net          *netpolicy.Manager
 	readyTimeout time.Duration
 	flavor       flavor // crun/runc, or runsc for the gvisor backend (flavor_linux.go)
+	prelaunch    int    // slots per template build and size (slots_linux.go)
 }
 
 // WithOCIRuntime forces "runc" or "crun", like runtime.Backends.OCIRuntime;
@@ -78,6 +80,7 @@ type Runtime struct {
 	net     *netpolicy.Manager
 	ids     *idmap.Allocator // each sandbox's host ID range, recorded in its dir
 	disks   *hostfs.Disks    // blank disk images in <DataDir>/disks
+	slots   *slots.Set       // sandboxes made ahead (slots_linux.go)
 
 	boxes runtime.Boxes[sandbox]
 }
@@ -89,13 +92,24 @@ type sandbox struct {
 	handle  *runtime.Handle
 	proc    *runtime.Process // the container's init, watched by Wait; guarded by mu
 	created bool             // guarded by mu
+	slot    *slot            // guarded by mu; set while it is an idle or reserved slot (slots_linux.go)
 }
 
 // New probes the host, picks the OCI runtime and installs the network policy.
 func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
-	o := options{ociName: cfg.Backends.OCIRuntime, cgroupParent: "/moat", readyTimeout: 10 * time.Second, flavor: containerFlavor}
+	o := options{ociName: cfg.Backends.OCIRuntime, cgroupParent: "/moat", readyTimeout: 10 * time.Second, flavor: containerFlavor,
+		prelaunch: DefaultPrelaunch}
+	switch n := cfg.Backends.ContainerPrelaunch; {
+	case n < 0:
+		o.prelaunch = 0
+	case n > 0:
+		o.prelaunch = n
+	}
 	for _, f := range opts {
 		f(&o)
+	}
+	if o.flavor.gvisor != nil {
+		o.prelaunch = 0
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -130,6 +144,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	}
 	r.oci = oc
 	r.net = o.net
+	r.slots = slots.New(log, o.prelaunch, slotKeys, slotDelay, r.Kill)
 	if r.net == nil {
 		if r.net, err = SharedNetwork(cfg, log); err != nil {
 			return nil, fmt.Errorf("container runtime: %w", err)
@@ -177,8 +192,8 @@ func (r *Runtime) dir(id string) string           { return filepath.Join(r.dataD
 func (r *Runtime) cgroupsPath(id string) string   { return r.o.cgroupParent + "/" + id }
 func (r *Runtime) logPath(id string) string       { return filepath.Join(r.dir(id), "log", hostfs.LogName) }
 
-// box returns the bookkeeping entry of id, creating it.
-// Create implements runtime.Runtime: overlay, network, bundle, `run -d`, then
+// Create implements runtime.Runtime: overlay, network, bundle, `run -d`
+// (or only `start` of the sandbox's slot, made ahead: slots_linux.go), then
 // it waits until envd accepts TCP connections. On error everything is undone.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Handle, retErr error) {
 	if err := validID(spec.ID); err != nil {
@@ -205,6 +220,35 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	}()
 	start := time.Now()
 	tr := newTrace()
+	n, slot, err := r.startSlot(ctx, spec, b, tr) // slots_linux.go
+	if err != nil {
+		return nil, err
+	}
+	if n == nil {
+		if n, err = r.launch(ctx, spec, b, tr, false); err != nil {
+			return nil, err
+		}
+	}
+	started := time.Now()
+	h := &runtime.Handle{ID: id, Runtime: r.Name(), Addr: n.SandboxAddr, PID: b.proc.PID()}
+	if err := r.waitReady(ctx, h, b.proc); err != nil {
+		return nil, err
+	}
+	tr.step("envd_listen")
+	b.handle, b.created = h, true
+	r.log.InfoContext(ctx, "sandbox created", "sandbox", id, "addr", h.Addr, "pid", h.PID,
+		"oci", r.oci.Name, "took", time.Since(start).Round(time.Microsecond), "slot", slot,
+		"run", started.Sub(start).Round(time.Microsecond), "ready", time.Since(started).Round(time.Microsecond))
+	r.log.DebugContext(ctx, "sandbox create steps", append([]any{"sandbox", id}, tr.attrs...)...)
+	return h, nil
+}
+
+// launch prepares sandbox spec.ID's bundle (prepare) and runs its
+// container: detached with envd started, or, with createOnly (a slot),
+// created with its init waiting for `start` before it runs envd. b.proc is
+// the container's init. Undos go onto b.undo; b.mu is held.
+func (r *Runtime) launch(ctx context.Context, spec runtime.Spec, b *sandbox, tr *trace, createOnly bool) (*netpolicy.Net, error) {
+	id := spec.ID
 	n, err := r.prepare(ctx, spec, &b.undo, tr)
 	if err != nil {
 		return nil, err
@@ -214,11 +258,14 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	defer logf.Close()
-	prepared := time.Now()
 	tr.step("logfile")
 	b.undo.Push(func() error { return r.deleteContainer(context.WithoutCancel(ctx), id) })
 	pidFile := filepath.Join(r.dir(id), "pid")
-	if err := r.oci.Start(ctx, r.dir(id), r.containerName(id), pidFile, logf); err != nil {
+	run := r.oci.Start
+	if createOnly {
+		run = r.oci.Create
+	}
+	if err := run(ctx, r.dir(id), r.containerName(id), pidFile, logf); err != nil {
 		tail, _ := hostfs.Tail(logf.Name(), 1024)
 		return nil, fmt.Errorf("sandbox %s: %w: %s", id, err, tail)
 	}
@@ -232,19 +279,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	}
 	b.undo.Push(func() error { b.closeProc(); return nil })
 	tr.step("oci_run")
-	h := &runtime.Handle{ID: id, Runtime: r.Name(), Addr: n.SandboxAddr, PID: pid}
-	started := time.Now()
-	if err := r.waitReady(ctx, h, b.proc); err != nil {
-		return nil, err
-	}
-	tr.step("envd_listen")
-	b.handle, b.created = h, true
-	r.log.InfoContext(ctx, "sandbox created", "sandbox", id, "addr", h.Addr, "pid", h.PID,
-		"oci", r.oci.Name, "took", time.Since(start).Round(time.Microsecond),
-		"prepare", prepared.Sub(start).Round(time.Microsecond), "run", started.Sub(prepared).Round(time.Microsecond),
-		"ready", time.Since(started).Round(time.Microsecond))
-	r.log.DebugContext(ctx, "sandbox create steps", append([]any{"sandbox", id}, tr.attrs...)...)
-	return h, nil
+	return n, nil
 }
 
 // prepare builds the bundle: directories, overlay, network, /etc files and
@@ -292,7 +327,7 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanup.
 	tr.step("net_wait")
 	tr.attrs = append(tr.attrs, "net_parallel", nr.took.Round(time.Microsecond))
 	// Written to the upper dir before mounting, never through the template's symlinks.
-	if err := writeEtc(filepath.Join(dir, "disk", "upper"), spec, n.SandboxAddr, ids); err != nil {
+	if err := hostfs.WriteEtc(filepath.Join(dir, "disk", "upper"), spec.Hostname, n.SandboxAddr, ids); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	tr.step("etc")
@@ -432,12 +467,13 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 	b := r.boxes.Get(id)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.created {
+	if !b.created && b.slot == nil { // a slot's undos are on b.undo
 		r.pushAll(ctx, id, &b.undo)
 	}
 	err := b.undo.Run()
 	b.closeProc() // an adopted container's, which no undo closes
-	b.created = false
+	b.created, b.slot = false, nil
+	r.slots.Forget(id)
 	r.boxes.Forget(id, b)
 	if err != nil {
 		return fmt.Errorf("kill sandbox %s: %w", id, err)
@@ -539,8 +575,11 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	return st, nil
 }
 
-// Close releases the network policy when no sandbox is left (see netpolicy.Manager.Close).
-func (r *Runtime) Close() error { return r.net.Close() }
+// Close kills the idle slots and stops making them, then releases the
+// network policy when no sandbox is left (see netpolicy.Manager.Close).
+func (r *Runtime) Close() error {
+	return errors.Join(r.slots.Close(context.Background()), r.net.Close())
+}
 
 // validID reports whether id can name this backend's host objects: up to 64 of [a-z0-9].
 func validID(id string) error { return runtime.ValidateID(id, 64) }

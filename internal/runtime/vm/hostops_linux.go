@@ -26,7 +26,7 @@ func (r *Runtime) SetEgress(ctx context.Context, id string, e netpolicy.Egress) 
 // PruneTemplates removes the template images nothing needs any more (see
 // templatesnap.Set.Prune) and returns the bytes freed.
 func (r *Runtime) PruneTemplates(ctx context.Context, current []runtime.Spec, busy []string, minAge time.Duration) (int64, error) {
-	serr := r.dropStaleSlots(ctx, current)
+	serr := r.slots.DropStale(ctx, current)
 	st, err := r.tpl.Prune(ctx, current, busy, minAge)
 	err = errors.Join(serr, err)
 	if st.Dirs+st.Snapshots > 0 {

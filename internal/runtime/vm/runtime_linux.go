@@ -19,12 +19,12 @@ import (
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/container"
+	"github.com/moatsh/moat/internal/runtime/slots"
 	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
 	"github.com/moatsh/moat/internal/runtime/vm/kept"
 	"github.com/moatsh/moat/internal/runtime/vm/launch"
 	"github.com/moatsh/moat/internal/runtime/vm/memfile"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
-	"github.com/moatsh/moat/internal/runtime/vm/slots"
 	"github.com/moatsh/moat/internal/runtime/vm/templatesnap"
 	"github.com/moatsh/moat/internal/runtime/vm/volserver"
 )

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/slots"
 	"github.com/moatsh/moat/internal/runtime/vm/launch"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 )
@@ -32,16 +31,6 @@ const DefaultPrelaunch, slotKeys, slotDelay = 1, 4, 150 * time.Millisecond
 // (DefaultPrelaunch; 0 turns slots off).
 func WithPrelaunch(n int) Option { return func(o *options) { o.prelaunch = n } }
 
-// slotKey is what a slot must share with a create to serve it: the
-// template build ("/" cannot occur in it) and the size.
-func slotKey(spec runtime.Spec) string { return buildSlotKey(snapshot.TemplateKey(spec), spec) }
-
-// buildSlotKey is slotKey of spec with its template build key tpl known
-// (a template snapshot's Template: TemplateKey reads the template's stamp).
-func buildSlotKey(tpl string, spec runtime.Spec) string {
-	return tpl + "/" + strconv.Itoa(spec.VCPUs) + "/" + strconv.Itoa(spec.MemoryMiB) + "/" + strconv.Itoa(spec.DiskMiB)
-}
-
 // slotEligible says whether a create of spec may use and refill slots.
 func slotEligible(spec runtime.Spec) bool {
 	return spec.Snapshot == "" && len(spec.Volumes) == 0 && !spec.Background
@@ -50,7 +39,7 @@ func slotEligible(spec runtime.Spec) bool {
 // Prelaunched implements runtime.Prelauncher.
 func (r *Runtime) Prelaunched(spec runtime.Spec) (id string, ok bool) {
 	if slotEligible(spec) {
-		id, ok = r.slots.Take(slotKey(withDefaults(spec)))
+		id, ok = r.slots.Take(slots.SpecKey(withDefaults(spec)))
 	}
 	return id, ok
 }
@@ -86,7 +75,7 @@ func (r *Runtime) takeSlot(spec runtime.Spec, snap *snapshot.Snapshot, b *sandbo
 // was just created from snap).
 func (r *Runtime) refillSlots(spec runtime.Spec, snap *snapshot.Snapshot) {
 	if slotEligible(spec) {
-		r.slots.Refill(buildSlotKey(snap.Template, spec), func(ctx context.Context) (string, error) { return r.makeSlot(ctx, spec, snap) })
+		r.slots.Refill(slots.Key(snap.Template, spec), func(ctx context.Context) (string, error) { return r.makeSlot(ctx, spec, snap) })
 	}
 }
 
@@ -114,17 +103,4 @@ func (r *Runtime) makeSlot(ctx context.Context, spec runtime.Spec, snap *snapsho
 	r.log.Debug("prelaunch slot ready", "sandbox", spec.ID, "template", spec.TemplateID,
 		"took", time.Since(start).Round(time.Millisecond))
 	return spec.ID, nil
-}
-
-// dropStaleSlots kills the idle slots of templates not in current (their
-// overlays would keep the template's files from a prune).
-func (r *Runtime) dropStaleSlots(ctx context.Context, current []runtime.Spec) error {
-	keep := map[string]bool{}
-	for _, s := range current {
-		keep[snapshot.TemplateKey(s)] = true
-	}
-	return r.slots.Drop(ctx, func(key string) bool {
-		tpl, _, _ := strings.Cut(key, "/")
-		return !keep[tpl]
-	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/slots"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 )
 
@@ -44,7 +45,9 @@ func withSlots(t *testing.T, r *Runtime, n int) {
 }
 
 // slotCount is how many idle slots serve spec.
-func slotCount(r *Runtime, spec runtime.Spec) int { return r.slots.Count(slotKey(withDefaults(spec))) }
+func slotCount(r *Runtime, spec runtime.Spec) int {
+	return r.slots.Count(slots.SpecKey(withDefaults(spec)))
+}
 
 // waitSlot waits until spec's key has n idle slots.
 func waitSlot(t *testing.T, r *Runtime, spec runtime.Spec, n int) {
@@ -77,7 +80,7 @@ func slotAfterCreate(t *testing.T, r *Runtime) (runtime.Spec, string) {
 
 // idleSlot is the ID of spec's first idle slot.
 func idleSlot(r *Runtime, spec runtime.Spec) string {
-	return r.slots.Idle()[slotKey(withDefaults(spec))][0]
+	return r.slots.Idle()[slots.SpecKey(withDefaults(spec))][0]
 }
 
 // checkGone fails unless nothing named after id is left: QEMU, directory,
@@ -194,7 +197,7 @@ func TestSlotsReleased(t *testing.T) {
 	r.refillSlots(spec, mustSnap(t, r, spec))
 	waitSlot(t, r, spec, 1)
 	idle := idleSlot(r, spec)
-	if err := r.dropStaleSlots(ctx, []runtime.Spec{{TemplateID: "other", RootfsDir: spec.RootfsDir}}); err != nil {
+	if err := r.slots.DropStale(ctx, []runtime.Spec{{TemplateID: "other", RootfsDir: spec.RootfsDir}}); err != nil {
 		t.Fatal(err)
 	}
 	if slotCount(r, spec) != 0 {
@@ -203,7 +206,7 @@ func TestSlotsReleased(t *testing.T) {
 	checkGone(t, r, idle)
 	r.refillSlots(spec, mustSnap(t, r, spec))
 	waitSlot(t, r, spec, 1)
-	if err := r.dropStaleSlots(ctx, []runtime.Spec{spec}); err != nil || slotCount(r, spec) != 1 {
+	if err := r.slots.DropStale(ctx, []runtime.Spec{spec}); err != nil || slotCount(r, spec) != 1 {
 		t.Fatalf("slot of a current template dropped: %d, %v", slotCount(r, spec), err)
 	}
 	idle = idleSlot(r, spec)

@@ -28,10 +28,11 @@ import (
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/slots"
 	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 	"github.com/moatsh/moat/internal/runtime/vm/image"
+	"github.com/moatsh/moat/internal/runtime/vm/kept"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
-	"github.com/moatsh/moat/internal/runtime/vm/slots"
 	"github.com/moatsh/moat/internal/runtime/vm/templatesnap"
 )
 
@@ -408,7 +409,7 @@ func TestRecoverAdoptsLiveAndRemovesOthers(t *testing.T) {
 	// A second Runtime over the same data dir plays the restarted server.
 	dropQMP(r, keep.ID)
 	r2 := &Runtime{log: r.log, dir: r.dir, o: r.o, net: r.net, tscKHz: r.tscKHz, ids: r.ids, launcher: r.launcher,
-		slots: slots.New(r.log, 0, slotKeys, 0, r.Kill)}
+		slots: slots.New(r.log, 0, slotKeys, 0, r.Kill), kept: kept.New(0, 0, nil)}
 	r2.tpl = templatesnap.New(r2.templateConfig())
 	hs, err := r2.Recover(context.Background(), []string{keep.ID})
 	if err != nil {

@@ -2,16 +2,12 @@ package snapshot
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/moatsh/moat/internal/errdefs"
-	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/image"
 	"github.com/moatsh/moat/internal/runtime/vm/memfile"
 	"github.com/moatsh/moat/internal/runtime/vm/prune"
@@ -51,36 +47,6 @@ func (s *Snapshot) Machine(name, dir string, tscKHz int) *qemu.Machine {
 	return &qemu.Machine{Name: name, Accel: s.Accel, TSCkHz: tscKHz, VCPUs: s.VCPUs, MemMiB: s.MemMiB,
 		Kernel: s.Boot.Kernel, Initramfs: s.Boot.Initramfs, MemPath: s.Mem(),
 		QMP: filepath.Join(dir, "qmp.sock"), Console: filepath.Join(dir, "console.sock"), PidFile: filepath.Join(dir, "pid")}
-}
-
-// TemplateKey names a template build: <name>-<stamp>, where stamp hashes
-// the template's stamp.json when it has one, else the rootfs's and envd's
-// modification times.
-func TemplateKey(spec runtime.Spec) string {
-	name := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
-			return r
-		}
-		return '_'
-	}, strings.ToLower(spec.TemplateID))
-	if name == "" {
-		name = "template"
-	}
-	if len(name) > 32 { // unix socket paths under the snapshot dir must stay < 108 bytes
-		name = name[:32]
-	}
-	h := sha256.New()
-	if b, err := os.ReadFile(filepath.Join(filepath.Dir(spec.RootfsDir), "stamp.json")); err == nil {
-		h.Write(b)
-	} else {
-		fmt.Fprintln(h, spec.RootfsDir)
-		for _, p := range []string{spec.RootfsDir, filepath.Join(spec.RootfsDir, "usr/local/bin/envd")} {
-			if fi, err := os.Stat(p); err == nil {
-				fmt.Fprintln(h, fi.ModTime().UnixNano(), fi.Size())
-			}
-		}
-	}
-	return name + "-" + hex.EncodeToString(h.Sum(nil))[:12]
 }
 
 // Commit makes the snapshot in tmp (mem, disk.qcow2, state) durable with

@@ -8,7 +8,6 @@ import (
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/image"
 	"github.com/moatsh/moat/internal/runtime/vm/prune"
-	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 )
 
 // Prune removes the template images nothing needs any more (see
@@ -21,11 +20,11 @@ import (
 func (t *Set) Prune(ctx context.Context, current []runtime.Spec, busy []string, minAge time.Duration) (prune.Stats, error) {
 	keep := map[string]bool{}
 	for _, s := range current {
-		keep[snapshot.TemplateKey(s)] = true
+		keep[runtime.TemplateKey(s)] = true
 	}
 	busyPrefix := make([]string, 0, len(busy))
 	for _, id := range busy {
-		busyPrefix = append(busyPrefix, snapshot.TemplateKey(runtime.Spec{TemplateID: id, RootfsDir: "/nonexistent"}))
+		busyPrefix = append(busyPrefix, runtime.TemplateKey(runtime.Spec{TemplateID: id, RootfsDir: "/nonexistent"}))
 	}
 	var snapMeta []string
 	if bf, err := t.BootFiles(); err == nil {

@@ -68,7 +68,7 @@ func TestPruneTemplates(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := runtime.Spec{TemplateID: "base", RootfsDir: rootfs}
-	cur := templateDir(t, vmDir, snapshot.TemplateKey(live), map[string]string{
+	cur := templateDir(t, vmDir, runtime.TemplateKey(live), map[string]string{
 		"snap-new": boot, "snap-oldboot": "boot 6.1 k0", "snap-oldused": "boot 6.0 k0"})
 	mustWrite(t, filepath.Join(cur, "rootfs.ext4"), "older layout")
 

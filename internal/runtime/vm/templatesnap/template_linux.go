@@ -115,7 +115,7 @@ func (t *Set) Ensure(ctx context.Context, spec runtime.Spec) (*snapshot.Snapshot
 	if err != nil {
 		return nil, err
 	}
-	key := snapshot.TemplateKey(spec)
+	key := runtime.TemplateKey(spec)
 	tdir := t.templateDir(key)
 	// Everything a restore must match, the kernel command line included,
 	// names the snapshot (short: the QMP socket path inside has to stay
@@ -162,7 +162,7 @@ func (t *Set) templateDir(key string) string { return filepath.Join(t.Dir, "temp
 // Image returns the disk image of spec's template build (built from its
 // rootfs if needed), under its snapshots' disks.
 func (t *Set) Image(ctx context.Context, spec runtime.Spec) (string, error) {
-	return image.EnsureImage(ctx, t.templateDir(snapshot.TemplateKey(spec)), spec.RootfsDir, t.DiskFreeMiB)
+	return image.EnsureImage(ctx, t.templateDir(runtime.TemplateKey(spec)), spec.RootfsDir, t.DiskFreeMiB)
 }
 
 // touch sets the modification time of paths to now (best effort).

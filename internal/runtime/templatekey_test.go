@@ -1,12 +1,10 @@
-package snapshot
+package runtime
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/moatsh/moat/internal/runtime"
 )
 
 func TestTemplateKey(t *testing.T) {
@@ -14,14 +12,14 @@ func TestTemplateKey(t *testing.T) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	k1 := TemplateKey(runtime.Spec{TemplateID: "Base/1", RootfsDir: root})
+	k1 := TemplateKey(Spec{TemplateID: "Base/1", RootfsDir: root})
 	if !strings.HasPrefix(k1, "base_1-") {
 		t.Fatalf("key %q", k1)
 	}
 	if err := os.WriteFile(filepath.Join(filepath.Dir(root), "stamp.json"), []byte(`{"build":"2"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if k2 := TemplateKey(runtime.Spec{TemplateID: "Base/1", RootfsDir: root}); k2 == k1 {
+	if k2 := TemplateKey(Spec{TemplateID: "Base/1", RootfsDir: root}); k2 == k1 {
 		t.Fatal("a new stamp.json did not change the key")
 	}
 }

@@ -1,6 +1,7 @@
 // Package slots keeps the sandboxes a backend makes ahead of the request,
 // per key (the microVM runtime's: a QEMU waiting for its template's
-// snapshot, per template build and size): which are idle, which are being
+// snapshot; the container runtime's: a container created, its process not
+// yet started; both per template build and size): which are idle, which are being
 // made, which keys were created last, and the background refills and
 // evictions. What a slot is, and how it is made and killed, is the
 // backend's; this package only holds IDs.

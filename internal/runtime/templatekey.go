@@ -1,0 +1,42 @@
+package runtime
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// TemplateKey names the template build a sandbox of spec starts from:
+// <name>-<stamp>, where stamp hashes the template's stamp.json when it has
+// one, else the rootfs's and envd's modification times. Backends key what
+// they keep per build by it (the vm backend's images and snapshots, both
+// backends' slots), so a rebuild never reuses a stale one.
+func TemplateKey(spec Spec) string {
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, strings.ToLower(spec.TemplateID))
+	if name == "" {
+		name = "template"
+	}
+	if len(name) > 32 { // unix socket paths under the snapshot dir must stay < 108 bytes
+		name = name[:32]
+	}
+	h := sha256.New()
+	if b, err := os.ReadFile(filepath.Join(filepath.Dir(spec.RootfsDir), "stamp.json")); err == nil {
+		h.Write(b)
+	} else {
+		fmt.Fprintln(h, spec.RootfsDir)
+		for _, p := range []string{spec.RootfsDir, filepath.Join(spec.RootfsDir, "usr/local/bin/envd")} {
+			if fi, err := os.Stat(p); err == nil {
+				fmt.Fprintln(h, fi.ModTime().UnixNano(), fi.Size())
+			}
+		}
+	}
+	return name + "-" + hex.EncodeToString(h.Sum(nil))[:12]
+}
