@@ -227,6 +227,15 @@ type Backends struct {
 	VMKeepPaused       int // vm: paused sandboxes that keep their stopped QEMU (0 = the backend's default, negative = none)
 }
 
+// Count is the number a backend uses for one of Backends' counts n (0 =
+// the backend's default def, negative = none).
+func Count(n, def int) int {
+	if n == 0 {
+		return def
+	}
+	return max(n, 0)
+}
+
 var (
 	regMu    sync.Mutex
 	registry = map[string]Constructor{}

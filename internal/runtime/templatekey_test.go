@@ -23,3 +23,11 @@ func TestTemplateKey(t *testing.T) {
 		t.Fatal("a new stamp.json did not change the key")
 	}
 }
+
+func TestCount(t *testing.T) {
+	for _, c := range []struct{ n, def, want int }{{0, 4, 4}, {2, 4, 2}, {-1, 4, 0}, {0, 0, 0}} {
+		if got := Count(c.n, c.def); got != c.want {
+			t.Errorf("Count(%d, %d) = %d, want %d", c.n, c.def, got, c.want)
+		}
+	}
+}

@@ -98,13 +98,7 @@ type sandbox struct {
 // New probes the host, picks the OCI runtime and installs the network policy.
 func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
 	o := options{ociName: cfg.Backends.OCIRuntime, cgroupParent: "/moat", readyTimeout: 10 * time.Second, flavor: containerFlavor,
-		prelaunch: DefaultPrelaunch}
-	switch n := cfg.Backends.ContainerPrelaunch; {
-	case n < 0:
-		o.prelaunch = 0
-	case n > 0:
-		o.prelaunch = n
-	}
+		prelaunch: runtime.Count(cfg.Backends.ContainerPrelaunch, DefaultPrelaunch)}
 	for _, f := range opts {
 		f(&o)
 	}

@@ -41,14 +41,9 @@ type slot struct {
 	net *netpolicy.Net
 }
 
-// slotEligible says whether a create of spec may use and refill slots.
-func slotEligible(spec runtime.Spec) bool {
-	return spec.Snapshot == "" && len(spec.Volumes) == 0 && !spec.Background
-}
-
 // Prelaunched implements runtime.Prelauncher.
 func (r *Runtime) Prelaunched(spec runtime.Spec) (id string, ok bool) {
-	if slotEligible(spec) {
+	if slots.Eligible(spec) {
 		id, ok = r.slots.Take(slots.SpecKey(spec))
 	}
 	return id, ok
@@ -60,7 +55,7 @@ func (r *Runtime) Prelaunched(spec runtime.Spec) (id string, ok bool) {
 // anew under the same ID. It refills spec's slots. b.mu is held.
 func (r *Runtime) startSlot(ctx context.Context, spec runtime.Spec, b *sandbox, tr *trace) (*netpolicy.Net, bool, error) {
 	key := slots.SpecKey(spec)
-	if slotEligible(spec) {
+	if slots.Eligible(spec) {
 		defer r.slots.Refill(key, func(ctx context.Context) (string, error) { return r.makeSlot(ctx, spec) })
 	}
 	s := b.slot

@@ -15,6 +15,12 @@ func Key(build string, spec runtime.Spec) string {
 		strconv.Itoa(spec.DiskMiB) + "/" + strconv.Itoa(spec.Pids)
 }
 
+// Eligible says whether a create of spec may use and refill slots: not
+// from a snapshot, without volumes, not a pool member.
+func Eligible(spec runtime.Spec) bool {
+	return spec.Snapshot == "" && len(spec.Volumes) == 0 && !spec.Background
+}
+
 // SpecKey is Key of spec's template build as it is now.
 func SpecKey(spec runtime.Spec) string { return Key(runtime.TemplateKey(spec), spec) }
 

@@ -151,17 +151,9 @@ type sandbox struct {
 func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
 	o := options{accel: cfg.Backends.VMAccel, init: cfg.Backends.VMInit, nfsd: cfg.Backends.VMNFSD, oci: cfg.Backends.OCIRuntime,
 		cgroupParent: "/moat", readyTimeout: 30 * time.Second,
-		bootTimeout: 120 * time.Second, diskFreeMiB: 128, spares: memfile.DefaultSpares, prelaunch: DefaultPrelaunch,
-		keepMax: DefaultKeepPaused, keepFor: defaultKeepFor}
-	switch n := cfg.Backends.VMPrelaunch; {
-	case n < 0:
-		o.prelaunch = 0
-	case n > 0:
-		o.prelaunch = n
-	}
-	if n := cfg.Backends.VMKeepPaused; n != 0 {
-		o.keepMax = max(n, 0)
-	}
+		bootTimeout: 120 * time.Second, diskFreeMiB: 128, spares: memfile.DefaultSpares,
+		prelaunch: runtime.Count(cfg.Backends.VMPrelaunch, DefaultPrelaunch),
+		keepMax:   runtime.Count(cfg.Backends.VMKeepPaused, DefaultKeepPaused), keepFor: defaultKeepFor}
 	for _, f := range opts {
 		f(&o)
 	}

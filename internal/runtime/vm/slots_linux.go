@@ -31,14 +31,9 @@ const DefaultPrelaunch, slotKeys, slotDelay = 1, 4, 150 * time.Millisecond
 // (DefaultPrelaunch; 0 turns slots off).
 func WithPrelaunch(n int) Option { return func(o *options) { o.prelaunch = n } }
 
-// slotEligible says whether a create of spec may use and refill slots.
-func slotEligible(spec runtime.Spec) bool {
-	return spec.Snapshot == "" && len(spec.Volumes) == 0 && !spec.Background
-}
-
 // Prelaunched implements runtime.Prelauncher.
 func (r *Runtime) Prelaunched(spec runtime.Spec) (id string, ok bool) {
-	if slotEligible(spec) {
+	if slots.Eligible(spec) {
 		id, ok = r.slots.Take(slots.SpecKey(withDefaults(spec)))
 	}
 	return id, ok
@@ -74,7 +69,7 @@ func (r *Runtime) takeSlot(spec runtime.Spec, snap *snapshot.Snapshot, b *sandbo
 // refillSlots makes, in the background, the slots spec's key lacks (spec
 // was just created from snap).
 func (r *Runtime) refillSlots(spec runtime.Spec, snap *snapshot.Snapshot) {
-	if slotEligible(spec) {
+	if slots.Eligible(spec) {
 		r.slots.Refill(slots.Key(snap.Template, spec), func(ctx context.Context) (string, error) { return r.makeSlot(ctx, spec, snap) })
 	}
 }
