@@ -8,15 +8,19 @@
 #   MOAT_SETUP_SKIP_APT=1  do not touch apt at all
 #   MOAT_SETUP_FORCE_APT=1 run apt-get update/install even if everything is present
 #   MOAT_SETUP_SKIP_RUNSC=1 keep Debian's runsc (no current runsc in /usr/local/bin)
+#   MOAT_SETUP_TEMPLATES   templates to build (default "base")
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 MOAT_DATA_DIR="${MOAT_DATA_DIR:-/var/lib/moat}"
+# Templates to build (the quickstart needs base; scripts/test.sh asks for
+# code-interpreter-v1 too).
+MOAT_SETUP_TEMPLATES="${MOAT_SETUP_TEMPLATES:-base}"
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
 
-[ "$(id -u)" -eq 0 ] || die "run as root (sandboxes need namespaces, cgroups, veths and mounts): sudo $0"
+[ "$(id -u)" -eq 0 ] || die "run as root (sandboxes need namespaces, cgroups, veths and mounts): sudo env \"PATH=\$PATH\" $0"
 
 # Host packages. runc is the container runtime; crun is the alternative;
 # mmdebstrap builds the Debian root filesystems; uidmap, nftables, iptables
@@ -76,15 +80,15 @@ if [ "${MOAT_SETUP_SKIP_RUNSC:-0}" != 1 ] && ! grep -qs "$RUNSC_VERSION" /usr/lo
   mkdir -p /usr/local/lib && echo "$RUNSC_VERSION" >/usr/local/lib/moat-runsc.version
 fi
 
-log "template build base (data dir $MOAT_DATA_DIR)"
+# base is Debian bookworm with envd; code-interpreter-v1 (E2B's default for
+# @e2b/code-interpreter) adds Jupyter kernels for Python (numpy, pandas,
+# matplotlib, ...), R (IRkernel) and JavaScript/TypeScript (Deno, fetched
+# with `npm pack`, so it needs npm). Each is cached under
+# $MOAT_DATA_DIR/templates; a cold build takes about 1–4 minutes.
 mkdir -p "$MOAT_DATA_DIR"
-bin/moat template build base --data-dir "$MOAT_DATA_DIR"
+for t in $MOAT_SETUP_TEMPLATES; do
+  log "template build $t (data dir $MOAT_DATA_DIR)"
+  bin/moat template build "$t" --data-dir "$MOAT_DATA_DIR"
+done
 
-# The code interpreter template (E2B's default for @e2b/code-interpreter):
-# base plus Jupyter kernels for Python (numpy, pandas, matplotlib, ...), R
-# (IRkernel) and JavaScript/TypeScript (Deno, fetched with `npm pack`, so it
-# needs npm). Cached like base; a cold build takes several minutes.
-log "template build code-interpreter-v1 (data dir $MOAT_DATA_DIR)"
-bin/moat template build code-interpreter-v1 --data-dir "$MOAT_DATA_DIR"
-
-log "setup done: bin/moat, bin/envd, template 'base' in $MOAT_DATA_DIR/templates"
+log "setup done: bin/moat, bin/envd, templates ($MOAT_SETUP_TEMPLATES) in $MOAT_DATA_DIR/templates"
