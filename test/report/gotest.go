@@ -26,6 +26,7 @@ const maxLines = 300
 func readGo(r io.Reader, w io.Writer) (counts, error) {
 	var c counts
 	out := map[string][]string{} // package + "\x00" + test → output lines
+	testsFailed := map[string]bool{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -46,9 +47,10 @@ func readGo(r io.Reader, w io.Writer) (counts, error) {
 			out[key] = append(l, e.Output)
 		case "pass", "fail", "skip":
 			if e.Test == "" {
-				countPackage(&c, e, out[key], w)
+				countPackage(&c, e, out[key], testsFailed[e.Package], w)
 			} else {
 				countTest(&c, e, out[key], w)
+				testsFailed[e.Package] = testsFailed[e.Package] || e.Action == "fail"
 			}
 			delete(out, key)
 		}
@@ -56,7 +58,10 @@ func readGo(r io.Reader, w io.Writer) (counts, error) {
 	return c, sc.Err()
 }
 
-func countPackage(c *counts, e event, lines []string, w io.Writer) {
+// countPackage prints a package's result; a package that fails without a
+// failed test (a build error, a panic outside tests, a timeout) counts as
+// one failure of its own.
+func countPackage(c *counts, e event, lines []string, testFailed bool, w io.Writer) {
 	pkg := strings.TrimPrefix(e.Package, "github.com/moatsh/moat/")
 	switch e.Action {
 	case "fail":
@@ -64,9 +69,7 @@ func countPackage(c *counts, e event, lines []string, w io.Writer) {
 		for _, l := range lines {
 			fmt.Fprint(w, l)
 		}
-		// A package that fails without a failed test (a build error, a
-		// panic outside tests) counts as one failure of its own.
-		if !strings.Contains(strings.Join(lines, ""), "--- FAIL") {
+		if !testFailed {
 			c.failed++
 			c.run++
 			c.failures = append(c.failures, pkg+" (package: build failure or panic outside a test)")
