@@ -26,7 +26,7 @@
 //	ENV k=v …              ENV step; ARG k[=v] only for expansion and RUN
 //	WORKDIR, USER          WORKDIR and USER steps
 //	CMD, ENTRYPOINT        the start command (Docker's ENTRYPOINT+CMD rules)
-//	EXPOSE, VOLUME, LABEL, STOPSIGNAL, SHELL, MAINTAINER  accepted, no effect
+//	EXPOSE, VOLUME, LABEL, STOPSIGNAL, MAINTAINER  accepted, no effect
 //
 // Like the SDK's parser, the steps start as root in / (Docker's defaults)
 // and end with USER user and WORKDIR /home/user unless the Dockerfile set
@@ -35,6 +35,6 @@
 // Refused with an error naming the line, before anything is sent:
 // multi-stage builds and COPY --from, ADD of URLs or git repositories,
 // heredocs, RUN --mount/--network/--security, COPY --parents/--exclude,
-// HEALTHCHECK, ONBUILD, numeric or group USER values, sources outside the
-// context directory.
+// SHELL, HEALTHCHECK, ONBUILD, numeric or group USER values, sources
+// outside the context directory.
 package dockerfile

@@ -14,7 +14,7 @@
 //
 //	kernel/<version>-<hash>/{vmlinuz,initramfs.cpio}  guest kernel + initramfs (moat-vminit, virtio modules)
 //	templates/<name>-<stamp>/rootfs-v2.ext4           read-only base disk built from the template rootfs (its files + 128 MiB)
-//	templates/<name>-<stamp>/snap-<hash>/             disk.qcow2 (guest disk at snapshot), mem (guest RAM), state (devices), meta
+//	templates/<name>-<stamp>/snap-<hash>/             disk.qcow2 (guest disk at snapshot), mem (guest RAM), state (devices), meta, ready (once complete)
 //	sandboxes/<id>/                                   mem (guest RAM), disk.qcow2 (overlay of the template's disk), meta.json,
 //	                                                  idmap (its QEMU's host IDs), state (only while paused), qmp.sock,
 //	                                                  console.sock (serial port), console.log{,.1} (its capped mirror),
@@ -44,18 +44,42 @@
 // no network reconfiguration. The namespace drops what the guest sends
 // from any other source address (netdev table moatvmguard on tap0).
 //
-// This package keeps the sandbox bookkeeping (create, kill, pause, resume,
-// snapshots, recovery); the parts that need none of it live in
-// subpackages: qemu (one QEMU process: command line, jail, log, console,
-// QMP), launch (a sandbox's files, network and QEMU up to the snapshot's
-// load; starting a guest's QEMU: guest network, jail, cgroup, sockets),
-// slots (the IDs of sandboxes made ahead, slots_linux.go), templatesnap (boot files, accelerator probe, template snapshots
-// and their warm-up), snapshot (the snapshot layout and meta.json),
-// image (guest kernel, initramfs, disk images, qcow2), guestnet (tap, NAT
-// and anti-spoofing in the sandbox's namespace), memfile (spares,
-// memory-file writeback, syncs), prune (template image GC), guestenvd
-// (health polls and one-shot commands to a guest's envd), vmbench (the
-// start and jail benchmarks of `moat bench`), volserver (the jailed NFS
-// server of a sandbox's volumes, volumes_linux.go) and guestinit
-// (moat-vminit, the guest's init).
+// This package keeps the sandbox bookkeeping: create, kill, pause and
+// resume (lifecycle_linux.go, pause_linux.go), snapshots and forks
+// (fork_linux.go), recovery after a restart (recover_linux.go), egress and
+// template prunes for the orchestrator (hostops_linux.go), volumes
+// (volumes_linux.go), the container runtime template builds run on
+// (build_linux.go, runtime.BuildRuntimer), and two ways of making starts
+// faster:
+//
+//   - slots (slots_linux.go; moat serve --vm-prelaunch, DefaultPrelaunch):
+//     after a create, a sandbox of the same template build and size is
+//     launched ahead up to its QEMU waiting for the snapshot (-incoming
+//     defer); the orchestrator's next create takes it through
+//     runtime.Prelauncher. Package internal/runtime/slots holds the slots'
+//     IDs, for this runtime and the container runtime;
+//   - kept QEMUs (kept_linux.go; moat serve --vm-keep-paused,
+//     DefaultKeepPaused): a paused sandbox without volumes keeps its
+//     stopped QEMU for a while, so that its resume only continues it.
+//     Package kept decides how many and for how long.
+//
+// The parts that need none of the bookkeeping live in subpackages:
+//
+//	qemu         one QEMU process: command line, jail config, start and adopt, log, console, QMP
+//	launch       starting a guest's QEMU (guest network, host IDs, jail, cgroup, sockets), and a
+//	             sandbox's whole restore up to the snapshot's load
+//	freeze       the pause file protocol shared by Pause, Snapshot and Fork: stop, save, sync, commit
+//	             by rename; continue with the guest's CRNG and clock renewed
+//	kept         which paused sandboxes keep their QEMU, and until when (IDs and timers only)
+//	templatesnap boot files, the accelerator probe, each template build's snapshot and its warm-up,
+//	             and the prune of template images
+//	snapshot     the on-disk layout of template and Runtime.Snapshot snapshots, meta.json
+//	prune        removal of template images and snapshots nothing's backing chain uses
+//	image        guest kernel, initramfs (cpio), template disk images, qcow2 overlays
+//	memfile      spares, the memory files' background writeback, sync helpers
+//	guestnet     tap, NAT and anti-spoofing in the sandbox's network namespace
+//	guestenvd    a guest's envd from the host: /health polls, one-shot commands
+//	guestinit    moat-vminit, the guest's PID 1 (cmd/moat-vminit)
+//	volserver    the jailed NFS server (moat-nfsd) of a sandbox's volumes
+//	vmbench      the start and jail benchmarks of `moat bench`
 package vm
