@@ -56,6 +56,8 @@ if [ "${MOAT_SETUP_SKIP_APT:-0}" != 1 ]; then
 fi
 
 # Go builds the binaries; Node runs the SDK end-to-end tests.
+# Go may be installed where sudo's secure_path does not look.
+command -v go >/dev/null || { [ -x /usr/local/go/bin/go ] && PATH="$PATH:/usr/local/go/bin"; }
 command -v go >/dev/null || die "Go not found on PATH (need the version in go.mod; see https://go.dev/dl/)"
 if command -v node >/dev/null; then
   node_major="$(node -p 'process.versions.node.split(".")[0]')"

@@ -100,7 +100,7 @@ for b in envd moat moat-vminit moat-nfsd; do
   [ -x "bin/$b" ] || missing+=("bin/$b (make build did not produce it)")
 done
 ls /boot/vmlinuz-* >/dev/null 2>&1 || missing+=("a kernel in /boot for microVMs (linux-image-cloud-amd64)")
-python3 -c 'import ipykernel' 2>/dev/null || missing+=("python3 ipykernel (python3-ipykernel)")
+/usr/bin/python3 -c 'import ipykernel' 2>/dev/null || missing+=("/usr/bin/python3 with ipykernel (python3-ipykernel)")
 for t in base code-interpreter-v1; do
   [ -x "$MOAT_DATA_DIR/templates/$t/rootfs/usr/local/bin/envd" ] || missing+=("template $t in $MOAT_DATA_DIR/templates")
 done
