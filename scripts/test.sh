@@ -186,7 +186,10 @@ fi
 
 # e2e PHASE RUNTIME SUITE...: the suites (names without .test.mjs) in
 # test/e2e with the official e2b npm SDK against a real moat serve, one node
-# process per suite, each writing TAP for the phase's report.
+# process per suite, each writing TAP for the phase's report. The TAP goes
+# to stdout (a file) and the spec output to stderr (the log): both are
+# written synchronously, while a --test-reporter-destination file is a
+# stream that --test-force-exit cuts off before the run's totals.
 e2e() {
   local phase=$1 rt=$2 s rc=0 bench=
   shift 2
@@ -197,8 +200,8 @@ e2e() {
   mkdir -p "$work/$phase"
   for s in "$@"; do
     (cd test/e2e && MOAT_E2E_RUNTIME=$rt MOAT_E2E_BENCH=$bench node --test --test-concurrency=1 --test-timeout=600000 --test-force-exit \
-      --test-reporter=spec --test-reporter-destination=stdout \
-      --test-reporter=tap --test-reporter-destination="$work/$phase/$s.tap" "./$s.test.mjs") || rc=1
+      --test-reporter=spec --test-reporter-destination=stderr \
+      --test-reporter=tap --test-reporter-destination=stdout "./$s.test.mjs" 2>&1 >"$work/$phase/$s.tap") || rc=1
   done
   "$report" tap "$phase" "$work/$phase"/*.tap || rc=1
   if [ "$rc" != 0 ]; then
