@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/admission"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // createResult is one create request's outcome as a client saw it.
@@ -130,18 +131,25 @@ func watchLatency(c *http.Client, s *realServer, path string, stop <-chan struct
 	return out
 }
 
-// TestLoadAdmission fires MOAT_LOAD_CREATES (default 1000) creates at once
-// at a real server with the default admission settings. Every request must
-// get 201, 429 (with Retry-After) or 503 — never a 500 — refusals must come
-// sooner than admitted creates (they never wait for a slot), /health and the
-// sandbox list must keep answering throughout (every poll a 200; their
+// TestLoadAdmission fires MOAT_LOAD_CREATES creates at once (default 150;
+// 1000 in the full tier, testkit.Full) at a real server with the default
+// admission settings (admission.DefaultConcurrency running, a queue of 4 ×
+// that: 20 in all, far below either burst). Every request must get 201,
+// 429 (with Retry-After) or 503 — never a 500 — a burst beyond what runs
+// and waits must be refused in part (429 or 503), refusals must come
+// sooner than admitted creates (they never wait for a slot), /health and
+// the sandbox list must keep answering throughout (every poll a 200; their
 // slowest answers are printed, not asserted: this host's load decides
 // them), and after the created sandboxes are killed nothing of theirs may
 // be left on the host.
 func TestLoadAdmission(t *testing.T) {
 	rootfs := requireRealServer(t)
 	s := startServer(t, newDataDir(t, rootfs))
-	n := envIntOr("MOAT_LOAD_CREATES", 1000)
+	def := 150
+	if testkit.Full() {
+		def = 1000
+	}
+	n := envIntOr("MOAT_LOAD_CREATES", def)
 	c, watch := loadClient(), loadClient()
 	stop := make(chan struct{})
 	healthc := watchLatency(watch, s, "/health", stop)
@@ -194,6 +202,12 @@ func TestLoadAdmission(t *testing.T) {
 		list.polls, list.worst.Round(time.Millisecond))
 	if len(ids) == 0 {
 		t.Error("no create succeeded")
+	}
+	// More than run and wait at once (`moat serve`'s defaults of
+	// --max-concurrent-ops and --op-queue): some must be turned away.
+	if admitted := admission.DefaultConcurrency + 4*admission.DefaultConcurrency; n > admitted &&
+		len(byStatus[http.StatusTooManyRequests])+len(byStatus[http.StatusServiceUnavailable]) == 0 {
+		t.Errorf("%d creates at once, at most %d running or waiting: none refused with 429 or 503", n, admitted)
 	}
 	// A refusal is immediate: it never waits for a slot, so it comes
 	// sooner than the creates that got one.

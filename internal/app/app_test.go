@@ -17,6 +17,7 @@ import (
 	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 type syncBuf struct {
@@ -26,16 +27,6 @@ type syncBuf struct {
 
 func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
 func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
-func waitFor(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if f() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
 
 // testHostLock is the host lock of in-process servers with fake runtimes,
 // which touch no host object: one per test, so they run beside a real server.
@@ -56,7 +47,7 @@ func startRuntime(t *testing.T, dir string, envdPort int, rtName string) (base s
 			Stderr: stderr, EnvdPort: envdPort, HostLock: testHostLock(t)})
 	}()
 	re := regexp.MustCompile(`moat listening on (\S+)`)
-	waitFor(t, "listening line", func() bool { return re.MatchString(stderr.String()) })
+	testkit.WaitFor(t, 5*time.Second, "listening line", func() bool { return re.MatchString(stderr.String()) })
 	base = "http://" + re.FindStringSubmatch(stderr.String())[1]
 	return base, stdout, func() {
 		cancel()
@@ -212,7 +203,7 @@ func TestOneServerPerHost(t *testing.T) {
 		done <- Serve(ctx, Config{Addr: "127.0.0.1:0", DataDir: dirA, Runtime: "apptest-hostlock", Stdout: &syncBuf{},
 			Stderr: stderr, EnvdPort: rt.EnvdPort, HostLock: lock})
 	}()
-	waitFor(t, "listening line", func() bool { return strings.Contains(stderr.String(), "moat listening") })
+	testkit.WaitFor(t, 5*time.Second, "listening line", func() bool { return strings.Contains(stderr.String(), "moat listening") })
 	err := Serve(context.Background(), Config{Addr: "127.0.0.1:0", DataDir: dirB, Runtime: "apptest-hostlock",
 		Stdout: &syncBuf{}, Stderr: &syncBuf{}, EnvdPort: rt.EnvdPort, HostLock: lock})
 	if err == nil || !strings.Contains(err.Error(), "another moat serve") || !strings.Contains(err.Error(), dirA) {

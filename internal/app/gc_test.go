@@ -50,7 +50,7 @@ func TestGCIsOwnedByTheRunLoop(t *testing.T) {
 	}
 	n := len(ages)
 	mu.Unlock()
-	time.Sleep(30 * time.Millisecond)
+	time.Sleep(30 * time.Millisecond) // a negative check: six intervals in which no collection may start
 	mu.Lock()
 	if len(ages) != n {
 		t.Fatalf("collected %d more times after wait returned", len(ages)-n)

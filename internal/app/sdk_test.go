@@ -12,19 +12,17 @@ import (
 	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // TestJSSDKControlPlane runs the official e2b npm SDK (test/e2e/node_modules)
 // against Serve with the fake runtime: every control-plane call the SDK
 // makes, with its own response checks and error mapping.
 func TestJSSDKControlPlane(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node not on PATH: install Node.js >= 20 to run the SDK test")
-	}
+	node := testkit.RequireTool(t, "node") // Node.js >= 20
 	mod, _ := filepath.Abs("../../test/e2e/node_modules/e2b")
 	if _, err := os.Stat(mod); err != nil {
-		t.Skip("e2b SDK not installed: run `npm ci` in test/e2e")
+		testkit.Missing(t, "e2b SDK not installed at %s: run `npm ci` in test/e2e: %v", mod, err)
 	}
 	rt := orchestratortest.NewRuntime(t)
 	runtime.Register("apptest-sdk", func(context.Context, runtime.Config) (runtime.Runtime, error) { return rt, nil })

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/moatsh/moat/internal/envd/envdtest"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // randReader returns n deterministic pseudo-random bytes without holding
@@ -78,7 +79,7 @@ func downloadHash(t testing.TB, url, path string) ([32]byte, int64) {
 func peakRSS(t testing.TB, pid int) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		t.Skipf("no /proc: %v", err)
+		testkit.Missing(t, "no /proc/%d/status to read envd's peak RSS from: %v", pid, err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
@@ -91,7 +92,7 @@ func peakRSS(t testing.TB, pid int) int64 {
 
 func Test100MiBRoundTrip(t *testing.T) {
 	if testing.Short() {
-		t.Skip("large transfer")
+		t.Skip("by design: -short leaves out the 100 MiB transfers")
 	}
 	const size = 100 << 20
 	e := envdtest.Start(t)

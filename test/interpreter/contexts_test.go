@@ -3,12 +3,16 @@ package interpreter_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/moatsh/moat/internal/envd/interpreter"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 type codeContext struct {
@@ -106,31 +110,62 @@ func TestContexts(t *testing.T) {
 	}
 }
 
-// TestLatency logs first-execution latency with a cold and a warm kernel.
-func TestLatency(t *testing.T) {
-	cold, _ := newServer(t, interpreter.Config{})
-	start := time.Now()
-	if e := execute(t, cold, map[string]any{"code": "1"}); e.mainText() != "1" {
-		t.Fatalf("cold: %s", e.raw)
-	}
-	t.Logf("first execution, cold kernel: %v", time.Since(start))
-
+// TestWarmPythonContext: with WarmPython the service starts the default
+// python context by itself, and the first execution runs on it.
+func TestWarmPythonContext(t *testing.T) {
 	warm, _ := newServer(t, interpreter.Config{WarmPython: true})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var list []codeContext
-		doJSON(t, http.MethodGet, warm.URL+"/contexts", "", &list)
-		if len(list) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("warm python context never appeared")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	start = time.Now()
+	waitWarmContext(t, warm)
 	if e := execute(t, warm, map[string]any{"code": "1"}); e.mainText() != "1" {
 		t.Fatalf("warm: %s", e.raw)
 	}
-	t.Logf("first execution, warm kernel: %v", time.Since(start))
+}
+
+// waitWarmContext waits until srv lists its warm python context.
+func waitWarmContext(t testing.TB, srv *httptest.Server) {
+	t.Helper()
+	testkit.WaitFor(t, 60*time.Second, "the warm python context", func() bool {
+		var list []codeContext
+		doJSON(t, http.MethodGet, srv.URL+"/contexts", "", &list)
+		return len(list) == 1
+	})
+}
+
+// BenchmarkLatency times the first execution with a cold kernel (the
+// baseline: the context starts on the request) and with a warm one
+// (WarmPython started it before), a new service each round (one round a
+// second of -benchtime; -benchtime=5x runs five), and prints both medians
+// and their ratio.
+func BenchmarkLatency(b *testing.B) {
+	var cold, warm []time.Duration
+	for b.Loop() {
+		cs, _ := newServer(b, interpreter.Config{})
+		start := time.Now()
+		if e := execute(b, cs, map[string]any{"code": "1"}); e.mainText() != "1" {
+			b.Fatalf("cold: %s", e.raw)
+		}
+		cold = append(cold, time.Since(start))
+
+		ws, _ := newServer(b, interpreter.Config{WarmPython: true})
+		waitWarmContext(b, ws)
+		start = time.Now()
+		if e := execute(b, ws, map[string]any{"code": "1"}); e.mainText() != "1" {
+			b.Fatalf("warm: %s", e.raw)
+		}
+		warm = append(warm, time.Since(start))
+	}
+	mc, mw := median(cold), median(warm)
+	fmt.Printf("first execution (%d rounds, medians): cold kernel %v, warm kernel %v, cold/warm %.1f\n",
+		len(cold), mc.Round(time.Millisecond), mw.Round(time.Millisecond), float64(mc)/float64(max(mw, 1)))
+	b.ReportMetric(float64(mc.Microseconds())/1000, "cold-median-ms")
+	b.ReportMetric(float64(mw.Microseconds())/1000, "warm-median-ms")
+	b.ReportMetric(float64(mc)/float64(max(mw, 1)), "cold/warm")
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -16,22 +16,24 @@ import (
 
 	"github.com/moatsh/moat/internal/envd/interpreter"
 	"github.com/moatsh/moat/internal/jupyter"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
-// requireKernel skips unless python3 with ipykernel is installed.
-func requireKernel(t *testing.T) {
+// requireKernel needs python3 with ipykernel (testkit.Missing: a skip, a
+// failure under MOAT_TEST_REQUIRE=1).
+func requireKernel(t testing.TB) {
 	t.Helper()
 	spec := jupyter.PythonSpec("")
 	if err := spec.LookPath(); err != nil {
-		t.Skipf("python not installed: %v", err)
+		testkit.Missing(t, "python not installed: %v", err)
 	}
 	if err := exec.Command(spec.Argv[0], "-c", "import ipykernel").Run(); err != nil {
-		t.Skipf("ipykernel not importable by %s (apt-get install python3-ipykernel)", spec.Argv[0])
+		testkit.Missing(t, "ipykernel not importable by %s (apt-get install python3-ipykernel): %v", spec.Argv[0], err)
 	}
 }
 
 // newServer starts a Service behind httptest.
-func newServer(t *testing.T, cfg interpreter.Config) (*httptest.Server, *interpreter.Service) {
+func newServer(t testing.TB, cfg interpreter.Config) (*httptest.Server, *interpreter.Service) {
 	t.Helper()
 	requireKernel(t)
 	if cfg.DefaultCwd == "" {
@@ -93,7 +95,7 @@ func (e execution) firstError() line {
 }
 
 // post sends a raw JSON body.
-func post(t *testing.T, ctx context.Context, url, body string) (*http.Response, error) {
+func post(t testing.TB, ctx context.Context, url, body string) (*http.Response, error) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
@@ -105,12 +107,12 @@ func post(t *testing.T, ctx context.Context, url, body string) (*http.Response, 
 
 // execute posts /execute and validates the stream framing: every line is
 // ASCII-only JSON, no blank lines, the last is end_of_execution.
-func execute(t *testing.T, srv *httptest.Server, body map[string]any) execution {
+func execute(t testing.TB, srv *httptest.Server, body map[string]any) execution {
 	t.Helper()
 	return executeCtx(t, context.Background(), srv, body, true)
 }
 
-func executeCtx(t *testing.T, ctx context.Context, srv *httptest.Server, body map[string]any, wantEnd bool) execution {
+func executeCtx(t testing.TB, ctx context.Context, srv *httptest.Server, body map[string]any, wantEnd bool) execution {
 	t.Helper()
 	b, _ := json.Marshal(body)
 	resp, err := post(t, ctx, srv.URL+"/execute", string(b))
@@ -148,7 +150,7 @@ func executeCtx(t *testing.T, ctx context.Context, srv *httptest.Server, body ma
 }
 
 // doJSON performs a request and decodes a JSON answer into out (if set).
-func doJSON(t *testing.T, method, url string, body string, out any) int {
+func doJSON(t testing.TB, method, url string, body string, out any) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -23,14 +23,16 @@ import (
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/container/oci"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
-// testRootfs is a tiny template: busybox and fakeenvd as /usr/local/bin/envd.
-// Empty when the host cannot run the real-runtime tests.
+// testRootfs is a tiny template: busybox, the real envd (cmd/envd) as
+// /usr/local/bin/envd and fakeenvd, by name, as /usr/local/bin/probe for
+// the isolation tests. Empty when the host cannot run the real-runtime
+// tests.
 var (
 	testRootfs  string
-	skipReason  string
-	envdSource  string // what /usr/local/bin/envd was built from
+	setupErr    error // why TestMain could not set the tests up: a missing prerequisite or a failed build
 	testScope   = "moattc"
 	testCgroups = "/moattc"
 )
@@ -38,9 +40,7 @@ var (
 func TestMain(m *testing.M) {
 	code := func() int {
 		dir, err := setupRootfs()
-		if err != nil {
-			skipReason = err.Error()
-		}
+		setupErr = err
 		testRootfs = dir
 		if dir != "" {
 			defer os.RemoveAll(dir)
@@ -51,6 +51,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// setupRootfs makes testRootfs. Its error, a missing tool or a failed go
+// build, is reported by every test through testkit.Missing: a failure
+// under MOAT_TEST_REQUIRE=1. There is no stand-in for an envd that does
+// not build.
 func setupRootfs() (string, error) {
 	if os.Geteuid() != 0 {
 		return "", fmt.Errorf("needs root")
@@ -90,18 +94,12 @@ func setupRootfs() (string, error) {
 			return dir, err
 		}
 	}
-	// The real envd when it builds, else fakeenvd in its place; fakeenvd is
-	// also installed as /usr/local/bin/probe for the isolation tests.
-	if err := goBuild(filepath.Join(dir, "usr/local/bin/probe"), "./internal/fakeenvd"); err != nil {
+	// The real envd; fakeenvd only as the isolation tests' probe, by name.
+	if err := goBuild(filepath.Join(dir, "usr/local/bin/envd"), "github.com/moatsh/moat/cmd/envd"); err != nil {
 		return dir, err
 	}
-	envdSource = "github.com/moatsh/moat/cmd/envd"
-	if err := goBuild(filepath.Join(dir, "usr/local/bin/envd"), envdSource); err != nil {
-		fmt.Fprintf(os.Stderr, "cmd/envd does not build, using fakeenvd as envd: %v\n", err)
-		envdSource = "fakeenvd"
-		if err := goBuild(filepath.Join(dir, "usr/local/bin/envd"), "./internal/fakeenvd"); err != nil {
-			return dir, err
-		}
+	if err := goBuild(filepath.Join(dir, "usr/local/bin/probe"), "./internal/fakeenvd"); err != nil {
+		return dir, err
 	}
 	return dir, nil
 }
@@ -116,10 +114,12 @@ func goBuild(out, pkg string) error {
 	return nil
 }
 
+// requireRuntime is testkit.Missing when TestMain could not set the
+// tests up.
 func requireRuntime(t testing.TB) {
 	t.Helper()
-	if skipReason != "" {
-		t.Skip("container runtime tests: " + skipReason)
+	if setupErr != nil {
+		testkit.Missing(t, "container runtime tests: %v", setupErr)
 	}
 }
 
@@ -170,14 +170,17 @@ func newTestRuntime(t testing.TB, oci string, opts ...Option) *Runtime {
 	return r
 }
 
+// ociRuntimes lists the OCI runtimes a test runs its cases with: runc,
+// which TestMain's setup requires, and crun. A missing crun is a missing
+// prerequisite, reported by a subtest of its name (testkit.Missing).
 func ociRuntimes(t *testing.T) []string {
-	var out []string
-	for _, n := range []string{"runc", "crun"} {
-		if _, err := exec.LookPath(n); err == nil {
-			out = append(out, n)
-		} else {
-			t.Logf("%s not installed: its cases are skipped", n)
-		}
+	t.Helper()
+	requireRuntime(t)
+	out := []string{"runc"}
+	if _, err := exec.LookPath("crun"); err == nil {
+		out = append(out, "crun")
+	} else {
+		t.Run("crun", func(t *testing.T) { testkit.Missing(t, "crun not on PATH (apt-get install crun)") })
 	}
 	return out
 }
@@ -212,13 +215,10 @@ func startProbe(t *testing.T, r *Runtime, h *runtime.Handle) {
 	if err := r.oci.RunCmd(cmd); err != nil { // stdio stays /dev/null: a pipe would never see EOF
 		t.Fatalf("start probe: %v", err)
 	}
-	for i := 0; i < 200; i++ {
-		if code, _, err := getPort(h, probePort, "health", nil, time.Second); err == nil && code == 204 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("probe did not come up")
+	testkit.WaitFor(t, 10*time.Second, "the probe to answer", func() bool {
+		code, _, err := getPort(h, probePort, "health", nil, time.Second)
+		return err == nil && code == 204
+	})
 }
 
 // probe calls the fakeenvd started by startProbe.

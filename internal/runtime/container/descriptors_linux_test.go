@@ -18,6 +18,7 @@ import (
 	"github.com/moatsh/moat/internal/mountinfo"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/container/hostfs"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // TestSandboxDescriptors lists, from the host, every descriptor of every
@@ -173,19 +174,12 @@ func sandboxPIDs(t *testing.T, initPID int) []int {
 }
 
 // baseTemplateRootfs is the CI base template (python3 and the real envd),
-// built by scripts/setup.sh into $MOAT_DATA_DIR (default /var/lib/moat-ci).
+// built by scripts/setup.sh into testkit.DataDir().
 func baseTemplateRootfs(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("MOAT_DATA_DIR")
-	if dir == "" {
-		dir = "/var/lib/moat-ci"
-	}
-	p := filepath.Join(dir, "templates", "base", "rootfs")
+	p := testkit.RequireTemplate(t, "base")
 	if _, err := os.Stat(filepath.Join(p, "usr/bin/python3")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no base template with python3 at %s (run scripts/setup.sh): %v", p, err)
-		}
-		t.Skipf("no base template with python3 at %s (run scripts/setup.sh): %v", p, err)
+		testkit.Missing(t, "no python3 in the base template at %s (scripts/setup.sh builds it): %v", p, err)
 	}
 	return p
 }

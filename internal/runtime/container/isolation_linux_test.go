@@ -26,7 +26,6 @@ func TestIsolation(t *testing.T) {
 	nb, _ := r.net.Lookup(b.ID)
 	startProbe(t, r, a)
 	startProbe(t, r, b)
-	t.Logf("envd built from %s", envdSource)
 
 	hostLo := listenHost(t, "127.0.0.1:0")
 	hostAll := listenHost(t, "0.0.0.0:0")

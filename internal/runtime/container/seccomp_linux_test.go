@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/container/oci"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // ioUringScript calls io_uring_setup(8, params) and prints the result and errno.
@@ -122,9 +122,7 @@ func checkSeccompBPFLoaded(t *testing.T, r *Runtime, id string) {
 // TestSeccompBPFMatchesProfile: the annotation a sandbox gets is the
 // program crun compiles for seccompProfile() now, not a stale cache.
 func TestSeccompBPFMatchesProfile(t *testing.T) {
-	if _, err := exec.LookPath("crun"); err != nil {
-		t.Skip("crun not installed")
-	}
+	testkit.RequireTool(t, "crun")
 	r := newTestRuntime(t, "crun")
 	s := ociSpec(runtime.Spec{ID: "iabc"}, "/proc/self/ns/net", "/moat/iabc", "", idmap.Range{})
 	r.addSeccompBPF(context.Background(), s)

@@ -127,7 +127,7 @@ func TestPrelaunchedCreate(t *testing.T) {
 }
 
 func TestSlotsReleased(t *testing.T) {
-	oci := ociRuntimes(t)[0]
+	oci := "runc" // TestMain's setup requires it
 	r := slotRuntime(t, oci)
 	ctx := context.Background()
 	spec := slotSpec(testRootfs)
@@ -185,7 +185,7 @@ func TestSlotsReleased(t *testing.T) {
 // create that reserved it; the slot goes and the create starts afresh
 // under the same ID, from the new build.
 func TestStaleSlot(t *testing.T) {
-	oci := ociRuntimes(t)[0]
+	oci := "runc" // TestMain's setup requires it
 	r := slotRuntime(t, oci)
 	ctx := context.Background()
 	rootfs := filepath.Join(t.TempDir(), "tpl", "rootfs")

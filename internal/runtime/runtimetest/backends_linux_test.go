@@ -2,7 +2,6 @@ package runtimetest_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -20,6 +19,7 @@ import (
 	"github.com/moatsh/moat/internal/runtime/container"
 	"github.com/moatsh/moat/internal/runtime/gvisor"
 	"github.com/moatsh/moat/internal/runtime/runtimetest"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 func TestFake(t *testing.T) {
@@ -36,35 +36,25 @@ func TestContainer(t *testing.T) { runBackend(t, "container") }
 func TestGVisor(t *testing.T) { runBackend(t, "gvisor") }
 
 // testRootfs is a real template root filesystem (with envd): MOAT_TEST_ROOTFS,
-// else the CI data dir's base template.
+// else the base template of the data dir scripts/setup.sh filled
+// (testkit.RequireTemplate).
 func testRootfs(t *testing.T) string {
+	t.Helper()
 	dir := os.Getenv("MOAT_TEST_ROOTFS")
 	if dir == "" {
-		dir = "/var/lib/moat-ci/templates/base/rootfs"
+		return testkit.RequireTemplate(t, "base")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "usr/local/bin/envd")); err != nil {
-		requirement(t, fmt.Sprintf("no template rootfs with envd at %s (scripts/setup.sh builds it; or set MOAT_TEST_ROOTFS)", dir))
+		testkit.Missing(t, "no template rootfs with envd at MOAT_TEST_ROOTFS=%s: %v", dir, err)
 	}
 	return dir
-}
-
-// requirement skips, or fails under CI=true: a backend test CI skips is a
-// test that does not exist.
-func requirement(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
 }
 
 // runBackend runs the suite on a real backend with its own network scope,
 // OCI state root, cgroup parent and data dir, so it never touches a
 // running server's sandboxes.
 func runBackend(t *testing.T, name string) {
-	if os.Geteuid() != 0 {
-		requirement(t, "needs root")
-	}
+	testkit.RequireRoot(t)
 	rootfs := testRootfs(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
@@ -90,9 +80,7 @@ func runBackend(t *testing.T, name string) {
 		} else {
 			rt, err = container.New(context.Background(), cfg, opts...)
 		}
-		if err != nil {
-			requirement(t, fmt.Sprintf("%s runtime: %v", name, err))
-		}
+		testkit.RequireNoErr(t, err, name+" runtime")
 		t.Cleanup(func() {
 			if _, err := rt.Recover(context.Background(), nil); err != nil {
 				t.Errorf("final recover: %v", err)

@@ -20,6 +20,7 @@ import (
 	"github.com/moatsh/moat/internal/runtime/container"
 	"github.com/moatsh/moat/internal/runtime/runtimetest"
 	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // reportDeath runs an orchestrator on rt, creates one sandbox, SIGKILLs
@@ -108,9 +109,7 @@ func sandboxProcess(id string) (int, error) {
 // TestContainerDeath: the orchestrator reports a container whose init was
 // SIGKILLed gone (printed: how soon).
 func TestContainerDeath(t *testing.T) {
-	if os.Geteuid() != 0 {
-		requirement(t, "needs root")
-	}
+	testkit.RequireRoot(t)
 	rootfs := testRootfs(t)
 	np, err := netpolicy.New(slog.New(slog.DiscardHandler), netpolicy.WithScope("moatrd", "rd", netip.MustParsePrefix("10.239.0.0/16")))
 	if err != nil {
@@ -125,9 +124,7 @@ func TestContainerDeath(t *testing.T) {
 	t.Cleanup(func() { _ = os.RemoveAll(stateRoot) })
 	rt, err := container.New(context.Background(), runtime.Config{DataDir: dataDir, Logger: slog.New(slog.DiscardHandler)},
 		container.WithStateRoot(stateRoot), container.WithCgroupParent("/moatrd"), container.WithNetwork(np))
-	if err != nil {
-		requirement(t, fmt.Sprintf("container runtime: %v", err))
-	}
+	testkit.RequireNoErr(t, err, "container runtime")
 	t.Cleanup(func() { _, _ = rt.Recover(context.Background(), nil) })
 	reportDeath(t, rt, rootfs)
 }

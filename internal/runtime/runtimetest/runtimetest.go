@@ -282,7 +282,7 @@ func testRecover(t *testing.T, h Harness) {
 
 func testSnapshotUnsupported(t *testing.T, h Harness) {
 	if _, ok := h.Runtime.(runtime.Snapshotter); ok {
-		t.Skipf("%s takes snapshots", h.Runtime.Name())
+		t.Skipf("by design: %s takes snapshots (runtime.Snapshotter); the case is for runtimes without", h.Runtime.Name())
 	}
 	id := NewID()
 	spec := h.Spec(id)

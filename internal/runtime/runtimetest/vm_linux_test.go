@@ -14,17 +14,14 @@ import (
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/runtimetest"
 	"github.com/moatsh/moat/internal/runtime/vm"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // TestVM runs the suite on microVMs (QEMU; TCG without KVM), one runtime
 // for all cases (it makes one template snapshot; ~15 s here in all).
 func TestVM(t *testing.T) {
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		requirement(t, "qemu-system-x86_64 not installed (apt-get install qemu-system-x86)")
-	}
-	if os.Geteuid() != 0 {
-		requirement(t, "needs root")
-	}
+	testkit.RequireTool(t, "qemu-system-x86_64")
+	testkit.RequireRoot(t)
 	rootfs := testRootfs(t)
 	dir := t.TempDir()
 	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
@@ -34,7 +31,7 @@ func TestVM(t *testing.T) {
 	build := exec.Command("go", "build", "-o", initBin, "github.com/moatsh/moat/cmd/moat-vminit")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build moat-vminit: %v: %s", err, out)
+		t.Fatalf("build moat-vminit: %v: %s", err, out) // a setup build failure fails, never skips
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	np, err := netpolicy.New(log, netpolicy.WithScope("moatrv", "rv", netip.MustParsePrefix("10.238.0.0/16")))
@@ -44,9 +41,7 @@ func TestVM(t *testing.T) {
 	t.Cleanup(func() { _ = np.Close() })
 	rt, err := vm.New(context.Background(), runtime.Config{DataDir: filepath.Join(dir, "data"), Logger: log},
 		vm.WithNetwork(np), vm.WithInit(initBin), vm.WithCgroupParent("/moatrv"), vm.WithPrelaunch(0))
-	if err != nil {
-		requirement(t, "vm runtime: "+err.Error())
-	}
+	testkit.RequireNoErr(t, err, "vm runtime")
 	// Before the TempDir goes: a spare refill must not write into it.
 	t.Cleanup(func() { _ = rt.Close() })
 	runtimetest.Run(t, func(t *testing.T) runtimetest.Harness {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // fake makes slots "s1", "s2", ... and records kills.
@@ -107,7 +109,7 @@ func TestEviction(t *testing.T) {
 	for _, k := range []string{"a", "b"} {
 		s.Refill(k, f.make)
 		s.Wait()
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // a, then b: refills at distinct times
 	}
 	taken, _ := s.Take("b")
 	s.Refill("b", f.make) // b is now the most recent, a the least
@@ -138,7 +140,11 @@ func TestDropAndClose(t *testing.T) {
 	s.Refill("t3/x", f.make)
 	done := make(chan error)
 	go func() { done <- s.Close(context.Background()) }()
-	time.Sleep(10 * time.Millisecond)
+	testkit.WaitFor(t, 5*time.Second, "Close to begin", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.closed
+	})
 	close(f.block)
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // vmRSS is this process's resident set size (VmRSS) in bytes.
@@ -50,13 +51,18 @@ func TestConsoleFloodBounded(t *testing.T) {
 	dir := r.sandboxDir(h.ID)
 	start := time.Now()
 	total0, _ := con.Stats()
-	// 60 s, as the issue asks (MOAT_TEST_FLOOD_SECONDS shortens it by hand).
-	floodFor := 60 * time.Second
+	// 15 s (some 3.5 MiB at the ~240 KiB/s a guest floods with: past the
+	// ring and a rotation of the mirror file); the full tier floods 60 s,
+	// as the issue asks. MOAT_TEST_FLOOD_SECONDS sets it by hand.
+	floodFor := 15 * time.Second
+	if testkit.Full() {
+		floodFor = 60 * time.Second
+	}
 	if v, err := strconv.Atoi(os.Getenv("MOAT_TEST_FLOOD_SECONDS")); err == nil && v > 0 {
 		floodFor = time.Duration(v) * time.Second
 	}
 	for time.Since(start) < floodFor {
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // the flood goes on; the files must stay under their cap all along
 		checkConsoleFiles(t, dir)
 	}
 	total, dropped := con.Stats()

@@ -42,7 +42,7 @@ func procStatus(t *testing.T, pid int) map[string]string {
 func TestQEMUJailed(t *testing.T) {
 	r := testRuntime(t)
 	if r.launcher.NoJail {
-		t.Skip("runtime without jail")
+		t.Skip("by design: this runtime runs QEMU without a jail (NoJail), there is none to check")
 	}
 	a, b := create(t, r), create(t, r)
 	moatDB := filepath.Join(filepath.Dir(r.dir), "moat.db")

@@ -14,7 +14,9 @@ import (
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/kept"
+	"github.com/moatsh/moat/internal/runtime/vm/memfile"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // withKept makes the shared runtime keep up to n paused sandboxes' QEMUs
@@ -43,13 +45,7 @@ func isKept(r *Runtime, id string) bool {
 // waitReleased waits until sandbox id's kept QEMU was let go.
 func waitReleased(t *testing.T, r *Runtime, id string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for isKept(r, id) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: kept QEMU not released after a minute", id)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, time.Minute, id+"'s kept QEMU released", func() bool { return !isKept(r, id) })
 }
 
 // assertKeptWhilePaused checks that paused sandbox h kept its QEMU,
@@ -75,6 +71,7 @@ func assertKeptWhilePaused(t *testing.T, r *Runtime, h *runtime.Handle) {
 	if err != nil || st == "running" {
 		t.Errorf("kept QEMU status %q, %v; want stopped", st, err)
 	}
+	// A negative check: in 2 s the stopped QEMU uses next to no CPU.
 	cpu0 := cpuTicks(t, h.PID)
 	time.Sleep(2 * time.Second)
 	if d := cpuTicks(t, h.PID) - cpu0; d > 20 { // clock ticks (10 ms each)
@@ -115,7 +112,7 @@ func TestKeptResume(t *testing.T) {
 	if err := r.Pause(ctx, h.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("Pause of a paused sandbox: %v", err)
 	}
-	time.Sleep(3 * time.Second) // the guest's clock must catch up after the pause
+	time.Sleep(3 * time.Second) // the pause lasts 3 s: the guest's clock must catch up after it
 	h2, err := r.Resume(ctx, h.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +171,7 @@ func TestKeptReleased(t *testing.T) {
 		}
 	}
 	// Kept for at most its time.
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // linkwatch: a pause within a second of the resume waits (docs/pause.md)
 	withKept(t, r, 2, 300*time.Millisecond)
 	if err := r.Pause(ctx, b.ID); err != nil {
 		t.Fatal(err)
@@ -224,4 +221,83 @@ func TestKeptRecover(t *testing.T) {
 		t.Errorf("the kept QEMU outlived the crash: %v", pids)
 	}
 	resumeInRestarted(t, r, r2, h.ID, "cat /dev/shm/value", "kept-in-ram")
+}
+
+// TestPauseResumeFilledMemory makes BenchmarkPauseResume's checks in one
+// round at a small size: a guest that wrote 64 MiB into a tmpfs finds the
+// file and its round marker, byte for byte, after a pause right after the
+// writes (hot) continued in the kept QEMU, after a pause of memory the
+// host had written back (idle), and after a resume in a new QEMU once the
+// kept one was let go.
+func TestPauseResumeFilledMemory(t *testing.T) {
+	const mib = 64
+	r := testRuntime(t)
+	withKept(t, r, 1, time.Hour)
+	ctx := context.Background()
+	h := create(t, r)
+	id := h.ID
+	mountFill(t, h, mib)
+	fillGuest(t, h, mib)
+	sum := sh(t, h, "busybox md5sum /tmp/fill/data")
+	mem := filepath.Join(r.sandboxDir(id), "mem")
+	pauseResume := func(what string) *runtime.Handle {
+		t.Helper()
+		if err := r.Pause(ctx, id); err != nil {
+			t.Fatalf("%s pause: %v", what, err)
+		}
+		if !isKept(r, id) {
+			t.Fatalf("%s pause did not keep its QEMU", what)
+		}
+		t.Logf("%s pause wrote %d bytes", what, pauseWritten(r, id))
+		waitTornDown(t, r, id)
+		h2, err := r.Resume(ctx, id)
+		if err != nil {
+			t.Fatalf("%s resume: %v", what, err)
+		}
+		return h2
+	}
+	checkSum := func(what string, h *runtime.Handle) {
+		t.Helper()
+		if got := sh(t, h, "busybox md5sum /tmp/fill/data"); got != sum {
+			t.Errorf("%s: /tmp/fill/data %q, before the pause %q", what, got, sum)
+		}
+	}
+
+	// Hot: paused right after the guest wrote all of it.
+	sh(t, h, "echo 0 > /tmp/fill/round")
+	fillGuest(t, h, mib)
+	h = pauseResume("hot")
+	checkFill(t, h, 0)
+	checkSum("hot", h)
+
+	// Idle: the host wrote the memory file back first.
+	sh(t, h, "echo 1 > /tmp/fill/round")
+	if err := memfile.SyncFiles(mem); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // linkwatch: a pause within a second of the resume waits (docs/pause.md)
+	h = pauseResume("idle")
+	checkFill(t, h, 1)
+	checkSum("idle", h)
+
+	// Cold: the kept QEMU is let go, the resume starts a new one.
+	time.Sleep(time.Second) // linkwatch, as above
+	if err := r.Pause(ctx, id); err != nil {
+		t.Fatalf("pause before the cold resume: %v", err)
+	}
+	r.releaseKept(ctx, id)
+	if isKept(r, id) {
+		t.Fatal("kept after releaseKept")
+	}
+	assertGoneWhilePaused(t, r, id)
+	h2, err := r.Resume(ctx, id)
+	if err != nil {
+		t.Fatalf("cold resume: %v", err)
+	}
+	if h2.PID == h.PID {
+		t.Errorf("cold resume in QEMU %d, the kept one's", h2.PID)
+	}
+	checkFill(t, h2, 1)
+	checkSum("cold", h2)
+	killAndCheck(t, r, h2)
 }

@@ -1,13 +1,19 @@
 package vm
 
 import (
+	"encoding/hex"
 	"encoding/json"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/guestnet"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // guardDrops is the number of IPv4 packets from forged sources the tap's
@@ -69,8 +75,12 @@ func TestGuestAntiSpoof(t *testing.T) {
 	}
 	// IPv6: the guest's own address reaches its gateway, another does not.
 	sh(t, h, "busybox ping -c 1 -W 3 "+guestnet.TapAddr6.String()+" >/dev/null")
-	sh(t, h, "busybox ip -6 addr add fd6d:6f61:7400:ffff::3/126 dev eth0 && sleep 2") // past duplicate address detection
-	if out, err := run(h, "root", 30*time.Second, "busybox", "ping", "-c", "2", "-W", "1", "-I", "fd6d:6f61:7400:ffff::3", guestnet.TapAddr6.String()); err == nil {
+	forged6 := netip.MustParseAddr("fd6d:6f61:7400:ffff::3")
+	sh(t, h, "busybox ip -6 addr add "+forged6.String()+"/126 dev eth0")
+	testkit.WaitFor(t, 30*time.Second, "the end of duplicate address detection of "+forged6.String(), func() bool {
+		return !ipv6Tentative(t, h, forged6)
+	})
+	if out, err := run(h, "root", 30*time.Second, "busybox", "ping", "-c", "2", "-W", "1", "-I", forged6.String(), guestnet.TapAddr6.String()); err == nil {
 		t.Errorf("an IPv6 ping from a forged source was answered: %q", out)
 	}
 	if _, other6 := guardDrops(t, h.ID); other6 < other+2 {
@@ -81,4 +91,23 @@ func TestGuestAntiSpoof(t *testing.T) {
 	if code, err := health(h, 5*time.Second); err != nil || code != 204 {
 		t.Fatalf("/health = %d, %v", code, err)
 	}
+}
+
+// ipv6Tentative reports whether the guest's address a is missing or still
+// tentative (duplicate address detection runs: it cannot be a source yet),
+// by its flags in the guest's /proc/net/if_inet6 (IFA_F_TENTATIVE 0x40).
+func ipv6Tentative(t *testing.T, h *runtime.Handle, a netip.Addr) bool {
+	t.Helper()
+	b := a.As16()
+	want := hex.EncodeToString(b[:])
+	for _, l := range strings.Split(sh(t, h, "cat /proc/net/if_inet6"), "\n") {
+		if f := strings.Fields(l); len(f) >= 5 && f[0] == want {
+			flags, err := strconv.ParseUint(f[4], 16, 32)
+			if err != nil {
+				t.Fatalf("/proc/net/if_inet6: %q: %v", l, err)
+			}
+			return flags&0x40 != 0
+		}
+	}
+	return true
 }

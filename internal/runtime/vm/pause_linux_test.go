@@ -146,7 +146,7 @@ func TestPauseResumeKeepsStateAndClock(t *testing.T) {
 	if err := r.Snapshot(ctx, h.ID, "s"+newID()); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("Snapshot of a paused sandbox: %v, want ErrFailedPrecondition", err)
 	}
-	time.Sleep(5 * time.Second) // the guest's clock must catch up after the pause
+	time.Sleep(5 * time.Second) // the pause lasts 5 s: the guest's clock must catch up after it
 	h2, err := r.Resume(ctx, h.ID)
 	if err != nil {
 		t.Fatal(err)

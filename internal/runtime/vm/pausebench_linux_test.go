@@ -46,7 +46,9 @@ import (
 // its sync wrote (dirty pages, by cachestat(2)) plus the state file.
 // MOAT_BENCH_PAUSE_ROUNDS sets the rounds per variant (default 3). Under
 // TCG the guest writes memory at ~100 MB/s, so a hot round of 2 GiB takes
-// about half a minute.
+// about half a minute. Its checks that the guest's memory came back
+// (checkFill) are also made, one round at 64 MiB, by the ordinary test
+// TestPauseResumeFilledMemory, and by TestKeptResume and TestKeptReleased.
 func BenchmarkPauseResume(b *testing.B) {
 	pauseBenchOnce.Do(func() { runPauseBench(b) })
 }
@@ -184,19 +186,10 @@ func benchPauseSize(b *testing.B, r *Runtime, mib, rounds int) pauseRow {
 		b.Fatal(err)
 	}
 	defer func() { _ = r.Kill(ctx, spec.ID) }()
-	// Random 4 MiB repeated: every page non-zero (the migration stream
-	// skips zero pages), and cat is far faster than yes|head under TCG.
-	mount := fmt.Sprintf("mkdir -p /tmp/fill && mount -t tmpfs -o size=%dm tmpfs /tmp/fill && "+
-		"head -c 4194304 /dev/urandom > /tmp/seed && echo ok", mib+16)
-	if out, err := run(h, "root", time.Minute, "sh", "-c", mount); err != nil || !strings.Contains(out, "ok") {
-		b.Fatalf("mount tmpfs: %q %v", out, err)
-	}
-	fill := fmt.Sprintf("i=0; while [ $i -lt %d ]; do cat /tmp/seed; i=$((i+1)); done > /tmp/fill/data && echo filled", mib/4)
+	mountFill(b, h, mib)
 	touch := func() {
 		t0 := time.Now()
-		if out, err := run(h, "root", 10*time.Minute, "sh", "-c", fill); err != nil || !strings.Contains(out, "filled") {
-			b.Fatalf("fill %d MiB: %q %v", mib, out, err)
-		}
+		fillGuest(b, h, mib)
 		b.Logf("%d MiB of guest memory written in %s", mib, time.Since(t0).Round(time.Millisecond))
 	}
 	touch()
@@ -262,13 +255,37 @@ func benchPauseSize(b *testing.B, r *Runtime, mib, rounds int) pauseRow {
 	return row
 }
 
+// mountFill mounts a tmpfs with room for mib MiB on /tmp/fill in h's
+// guest, and writes the 4 MiB seed fillGuest repeats.
+func mountFill(tb testing.TB, h *runtime.Handle, mib int) {
+	tb.Helper()
+	// Random 4 MiB repeated: every page non-zero (the migration stream
+	// skips zero pages), and cat is far faster than yes|head under TCG.
+	mount := fmt.Sprintf("mkdir -p /tmp/fill && mount -t tmpfs -o size=%dm tmpfs /tmp/fill && "+
+		"head -c 4194304 /dev/urandom > /tmp/seed && echo ok", mib+16)
+	if out, err := run(h, "root", time.Minute, "sh", "-c", mount); err != nil || !strings.Contains(out, "ok") {
+		tb.Fatalf("mount tmpfs: %q %v", out, err)
+	}
+}
+
+// fillGuest (re)writes mib MiB of guest memory: /tmp/fill/data on the
+// tmpfs of mountFill.
+func fillGuest(tb testing.TB, h *runtime.Handle, mib int) {
+	tb.Helper()
+	fill := fmt.Sprintf("i=0; while [ $i -lt %d ]; do cat /tmp/seed; i=$((i+1)); done > /tmp/fill/data && echo filled", mib/4)
+	if out, err := run(h, "root", 10*time.Minute, "sh", "-c", fill); err != nil || !strings.Contains(out, "filled") {
+		tb.Fatalf("fill %d MiB: %q %v", mib, out, err)
+	}
+}
+
 // checkFill proves that the guest's memory came back: the tmpfs file and
-// the round marker are there.
-func checkFill(b *testing.B, h *runtime.Handle, round int) {
-	b.Helper()
+// the round marker are there. TestPauseResumeFilledMemory makes the same
+// checks in an ordinary test.
+func checkFill(tb testing.TB, h *runtime.Handle, round int) {
+	tb.Helper()
 	out, err := run(h, "root", time.Minute, "sh", "-c", "cat /tmp/fill/round; ls -l /tmp/fill/data")
 	if err != nil || !strings.HasPrefix(out, strconv.Itoa(round)+"\n") {
-		b.Fatalf("after resume: %q %v", out, err)
+		tb.Fatalf("after resume: %q %v", out, err)
 	}
 }
 

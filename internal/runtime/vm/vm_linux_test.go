@@ -34,12 +34,13 @@ import (
 	"github.com/moatsh/moat/internal/runtime/vm/kept"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 	"github.com/moatsh/moat/internal/runtime/vm/templatesnap"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // The tests share one Runtime (and so one template snapshot) per test binary.
 var (
 	testDir    string // temporary: rootfs, moat-vminit, data dir
-	skipReason string
+	setupErr   error  // why TestMain could not set the tests up: a missing prerequisite or a failed build
 	testScope  = "moatvt"
 	testCgroup = "/moatvt"
 
@@ -52,14 +53,12 @@ func TestMain(m *testing.M) {
 	code := func() int {
 		dir, err := os.MkdirTemp("", "moat-vmtest-")
 		if err != nil {
-			skipReason = err.Error()
+			setupErr = err
 			return m.Run()
 		}
 		testDir = dir
 		defer os.RemoveAll(dir)
-		if err := setupTestFiles(dir); err != nil {
-			skipReason = err.Error()
-		}
+		setupErr = setupTestFiles(dir)
 		code := m.Run()
 		if shared != nil {
 			_, _ = shared.Recover(context.Background(), nil) // everything left over goes
@@ -73,6 +72,8 @@ func TestMain(m *testing.M) {
 }
 
 // setupTestFiles builds a tiny template (busybox + envd) and moat-vminit.
+// Its error, a missing tool or a failed go build, is reported by every
+// test through testkit.Missing: a failure under MOAT_TEST_REQUIRE=1.
 func setupTestFiles(dir string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root")
@@ -133,8 +134,8 @@ func goBuild(out, pkg string) error {
 // testRuntime returns the shared Runtime, in its own network scope.
 func testRuntime(t testing.TB) *Runtime {
 	t.Helper()
-	if skipReason != "" {
-		t.Skip("vm runtime tests: " + skipReason)
+	if setupErr != nil {
+		testkit.Missing(t, "vm runtime tests: %v", setupErr)
 	}
 	sharedOnce.Do(func() {
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -487,20 +488,55 @@ func reportMedian(b *testing.B, ds []time.Duration) {
 	}
 }
 
+// TestAccelAuto: with accel auto the runtime picks kvm or tcg, and tcg
+// when there is no /dev/kvm (BenchmarkAccelAuto times the choice).
 func TestAccelAuto(t *testing.T) {
 	r := testRuntime(t)
-	cfg := r.tpl.Config
-	cfg.Accel = "auto"
-	auto := templatesnap.New(cfg)
-	start := time.Now()
-	_, got, err := auto.MachineBase(context.Background())
+	got, _, err := machineAccel(r, "auto")
 	if err != nil || (got != "tcg" && got != "kvm") {
 		t.Fatalf("MachineBase = %q, %v", got, err)
 	}
 	if _, statErr := os.Stat("/dev/kvm"); statErr != nil && got != "tcg" {
 		t.Fatalf("no /dev/kvm but accelerator %q", got)
 	}
-	t.Logf("auto picked %s in %v", got, time.Since(start).Round(time.Millisecond))
+	t.Logf("auto picked %s", got)
+}
+
+// machineAccel resolves the accelerator of a new template set of r's
+// configuration with accel, and times it.
+func machineAccel(r *Runtime, accel string) (string, time.Duration, error) {
+	cfg := r.tpl.Config
+	cfg.Accel = accel
+	start := time.Now()
+	_, got, err := templatesnap.New(cfg).MachineBase(context.Background())
+	return got, time.Since(start), err
+}
+
+// BenchmarkAccelAuto times the accelerator choice of accel auto (a KVM
+// probe boot when /dev/kvm opens) against the baseline of a configured
+// tcg (no probe), alternated in the same run; it prints both medians and
+// their ratio.
+func BenchmarkAccelAuto(b *testing.B) {
+	r := testRuntime(b)
+	var auto, configured []time.Duration
+	picked := ""
+	for b.Loop() {
+		if _, d, err := machineAccel(r, "tcg"); err != nil {
+			b.Fatalf("MachineBase with accel tcg: %v", err)
+		} else {
+			configured = append(configured, d)
+		}
+		got, d, err := machineAccel(r, "auto")
+		if err != nil {
+			b.Fatalf("MachineBase with accel auto: %v", err)
+		}
+		picked, auto = got, append(auto, d)
+	}
+	ma, mc := median(auto), median(configured)
+	fmt.Printf("accel auto (picked %s): median %v; configured tcg: median %v; auto/configured %.2f (%d rounds)\n",
+		picked, ma.Round(time.Millisecond), mc.Round(time.Millisecond), float64(ma)/float64(max(mc, 1)), len(auto))
+	b.ReportMetric(float64(ma.Microseconds())/1000, "auto-median-ms")
+	b.ReportMetric(float64(ma)/float64(max(mc, 1)), "auto/configured")
 }
 
 // running reports whether id's QEMU runs: a Wait is still blocked after a

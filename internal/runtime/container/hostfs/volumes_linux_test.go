@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moatsh/moat/internal/idmap"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // TestVolumeMountRemoveDir: a volume's idmapped copy in a sandbox dir
@@ -16,9 +17,7 @@ import (
 // refuses while it is mounted (it would delete the volume's files), and
 // UnmountAll takes it away.
 func TestVolumeMountRemoveDir(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testkit.RequireRoot(t)
 	vol := t.TempDir()
 	if err := unix.Mount("tmpfs", vol, "tmpfs", 0, "mode=0755"); err != nil {
 		t.Fatal(err)

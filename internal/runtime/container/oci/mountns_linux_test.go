@@ -1,17 +1,19 @@
 package oci
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // TestStartHiddenHidesCgroup2 checks that a command started by RunCmd on a
 // hybrid host does not see the cgroup2 mount, and that the host keeps it.
 func TestStartHiddenHidesCgroup2(t *testing.T) {
-	if os.Geteuid() != 0 || !isHybrid() {
-		t.Skip("needs root on a hybrid cgroup host (cgroup2 mounted on " + cgroup2Mount + ")")
+	testkit.RequireRoot(t)
+	if !isHybrid() {
+		t.Skip("by design: not a hybrid cgroup host (no cgroup2 mounted on " + cgroup2Mount + "): nothing to hide")
 	}
 	count := func(o *CLI) string {
 		var out strings.Builder

@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 func TestCpioWriter(t *testing.T) {
@@ -24,10 +26,7 @@ func TestCpioWriter(t *testing.T) {
 		t.Fatal("no trailer")
 	}
 	// Cross-check with busybox cpio when it is installed.
-	bb, err := exec.LookPath("busybox")
-	if err != nil {
-		t.Skip("busybox not installed: skipping the cross-check")
-	}
+	bb := testkit.RequireTool(t, "busybox")
 	dir := t.TempDir()
 	cmd := exec.Command(bb, "cpio", "-t")
 	cmd.Stdin = bytes.NewReader(buf.Bytes())

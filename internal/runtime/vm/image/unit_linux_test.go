@@ -8,6 +8,7 @@ import (
 
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 func TestModuleOrder(t *testing.T) {
@@ -53,9 +54,7 @@ func TestModuleOrder(t *testing.T) {
 // module the guests need resolves, NFSv3's after its dependencies.
 func TestGuestKernelModules(t *testing.T) {
 	_, version, err := FindKernel("")
-	if err != nil {
-		t.Skip(err)
-	}
+	testkit.RequireNoErr(t, err, "no guest kernel installed here")
 	order, err := moduleOrder(filepath.Join("/lib/modules", version), guestModules)
 	if err != nil {
 		t.Fatal(err)

@@ -9,12 +9,12 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 func TestSpares(t *testing.T) {
-	if _, err := exec.LookPath("qemu-img"); err != nil {
-		t.Skip("qemu-img not installed")
-	}
+	testkit.RequireTool(t, "qemu-img")
 	old := spareDelay
 	spareDelay = 0
 	defer func() { spareDelay = old }()

@@ -1,6 +1,7 @@
-// Command fakeenvd stands in for envd in the container runtime's tests: a
-// static HTTP server on --port answering /health with 204, plus probes the
-// isolation tests drive from inside a sandbox.
+// Command fakeenvd is the probe of the container runtime's isolation tests,
+// installed by name as /usr/local/bin/probe beside the real envd (never in
+// its place): a static HTTP server on --port answering /health with 204,
+// plus probes the tests drive from inside a sandbox.
 package main
 
 import (
