@@ -19,6 +19,7 @@ import (
 	"github.com/moatsh/moat/internal/oci/ocitest"
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/template"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 type env struct {
@@ -31,9 +32,7 @@ type env struct {
 // small tree with root and user accounts, and a Manager over it.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: builds chown /home/user")
-	}
+	testkit.RequireRoot(t) // builds chown /home/user
 	ctx := context.Background()
 	dir := t.TempDir()
 	db, err := store.Open(ctx, filepath.Join(dir, "moat.db"))

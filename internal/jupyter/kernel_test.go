@@ -7,17 +7,20 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moatsh/moat/internal/testkit"
 )
 
-// startPython starts a real ipykernel or skips the test.
+// startPython starts a real ipykernel; without python3 or ipykernel it is
+// testkit.Missing (a failure under MOAT_TEST_REQUIRE=1).
 func startPython(t *testing.T) *Kernel {
 	t.Helper()
 	spec := PythonSpec("")
 	if err := spec.LookPath(); err != nil {
-		t.Skipf("no python: %v", err)
+		testkit.Missing(t, "no python for the kernel (apt-get install python3-ipykernel): %v", err)
 	}
-	if err := exec.Command(spec.Argv[0], "-c", "import ipykernel").Run(); err != nil {
-		t.Skipf("ipykernel not importable by %s", spec.Argv[0])
+	if out, err := exec.Command(spec.Argv[0], "-c", "import ipykernel").CombinedOutput(); err != nil {
+		testkit.Missing(t, "ipykernel not importable by %s (apt-get install python3-ipykernel): %v: %s", spec.Argv[0], err, out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -247,7 +247,7 @@ func TestAntiSpoofing(t *testing.T) {
 // host's uplink address) only with a's own IPv6 address as its source.
 func testIPv6Spoofing(t *testing.T, m *Manager, u *uplink, a, b *Net) {
 	if !a.SandboxAddr6.IsValid() {
-		t.Skip("the host has no IPv6")
+		t.Skip("by design: the host has no IPv6")
 	}
 	host, err := netlink.LinkByName(a.HostIf)
 	if err != nil {
@@ -296,7 +296,7 @@ func testIPv6Spoofing(t *testing.T, m *Manager, u *uplink, a, b *Net) {
 // addresses leave the host's IPv6 neighbour table as it was.
 func testNDPSpoofing(t *testing.T, m *Manager, a, b *Net) {
 	if !a.SandboxAddr6.IsValid() {
-		t.Skip("the host has no IPv6")
+		t.Skip("by design: the host has no IPv6")
 	}
 	_ = dial(net.JoinHostPort(b.SandboxAddr6.String(), "1")) // an entry for b; refused is fine
 	neigh := func(ip netip.Addr) string {

@@ -18,13 +18,15 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/moatsh/moat/internal/testkit"
 )
 
+// requireRoot: the tests create network namespaces, veths and nftables
+// tables.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces, veths and nftables tables")
-	}
+	testkit.RequireRoot(t)
 }
 
 func testID(t *testing.T) string {
@@ -268,7 +270,7 @@ func assertGone(t *testing.T, m *Manager, id string) {
 func TestInternetEgress(t *testing.T) {
 	target := os.Getenv("MOAT_TEST_INTERNET")
 	if target == "" {
-		t.Skip("set MOAT_TEST_INTERNET=host:port to test egress through NAT")
+		t.Skip("opt-in: set MOAT_TEST_INTERNET=host:port to test egress through NAT")
 	}
 	m := testManager(t)
 	ctx := context.Background()

@@ -22,6 +22,7 @@ import (
 	"github.com/moatsh/moat/internal/server/templateapi"
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/template"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // newBuildHarness is a server with template builds on, a shared template
@@ -36,9 +37,7 @@ func newBuildHarness(t *testing.T) (*harness, *atomic.Int64) {
 // configuration (its DataDir, its upload GC).
 func newBuildHarnessConfig(t *testing.T) (*harness, *atomic.Int64, *server.BuildConfig) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: builds chown /home/user")
-	}
+	testkit.RequireRoot(t) // builds chown /home/user
 	ctx := context.Background()
 	env := orchestratortest.New(t, orchestrator.Config{MaxTimeout: time.Hour})
 	key, err := env.DB.CreateAPIKey(ctx, store.DefaultTeam)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // TestReapKeepsOwnChildren makes this test process a subreaper (what PID 1
@@ -14,10 +16,10 @@ import (
 // not the exit status of a child that os/exec still has to Wait for.
 func TestReapKeepsOwnChildren(t *testing.T) {
 	if !Supported() {
-		t.Skip("no pidfd support in this kernel (Linux ≥ 5.4)")
+		t.Skip("by design: this kernel lacks pidfd (Linux ≥ 5.4)")
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		t.Skipf("cannot become a subreaper: %v", err)
+		testkit.Missing(t, "cannot become a subreaper (Linux ≥ 3.4 can): %v", err)
 	}
 	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
