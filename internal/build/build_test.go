@@ -91,19 +91,15 @@ func (e *env) build(t *testing.T, team, name string, spec Spec) (store.Build, er
 	if err := e.m.Start(ctx, b, spec); err != nil {
 		return b, err
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		got, err := e.db.GetBuild(ctx, team, b.TemplateID, b.ID)
-		if err != nil {
+	var got store.Build
+	testkit.WaitFor(t, 30*time.Second, "build "+b.ID+" to finish", func() bool {
+		var err error
+		if got, err = e.db.GetBuild(ctx, team, b.TemplateID, b.ID); err != nil {
 			t.Fatal(err)
 		}
-		if got.Status == store.BuildReady || got.Status == store.BuildError {
-			return got, nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("build did not finish")
-	return b, nil
+		return got.Status == store.BuildReady || got.Status == store.BuildError
+	})
+	return got, nil
 }
 
 func TestBuildFromTemplate(t *testing.T) {

@@ -107,6 +107,6 @@ func TestLateResultGrace(t *testing.T) {
 		if got := strings.Contains(out, "late"); got != tc.want {
 			t.Errorf("grace %s: late output seen = %v, want %v (out %q)", tc.grace, got, tc.want, out)
 		}
-		time.Sleep(300 * time.Millisecond) // let a missed late print drain
+		time.Sleep(300 * time.Millisecond) // not before an assertion: a missed late print drains, not into the next case
 	}
 }

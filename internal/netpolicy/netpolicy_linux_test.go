@@ -129,6 +129,8 @@ func dial(addr string) error {
 // dialEventually is dial for connections that must work: a loaded host
 // (QEMU under TCG on both cores in a parallel test package) can delay a
 // SYN's softirq past one short timeout, so it retries for a few seconds.
+// It is not testkit.WaitFor: it mostly runs in inNetns's goroutine (no
+// t.Fatal there), stands in for dial and returns the last error.
 func dialEventually(addr string) error {
 	var err error
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {

@@ -55,8 +55,8 @@ func TestRealBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !again.Cached || again.Duration > time.Minute {
-		t.Errorf("rebuild: cached=%v in %s, want a cache hit in seconds", again.Cached, again.Duration)
+	if !again.Cached {
+		t.Errorf("rebuild: cached=%v in %s, want a cache hit", again.Cached, again.Duration)
 	}
-	t.Logf("cached rebuild: %s", again.Duration)
+	t.Logf("cached rebuild: %s", again.Duration) // a figure: tests set no absolute time limits
 }

@@ -1,6 +1,7 @@
 package reaper
 
 import (
+	"fmt"
 	"os/exec"
 	"strconv"
 	"testing"
@@ -37,15 +38,10 @@ func TestReapKeepsOwnChildren(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reaped := false
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !reaped; {
+	testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("orphan %d to be reaped", orphan), func() bool {
 		Reap()
-		reaped = unix.Kill(orphan, 0) == unix.ESRCH
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !reaped {
-		t.Fatalf("orphan %d was not reaped", orphan)
-	}
+		return unix.Kill(orphan, 0) == unix.ESRCH
+	})
 	err = own.Wait()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
 		t.Fatalf("own child: Wait = %v, want exit status 7", err)
