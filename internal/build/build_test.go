@@ -19,6 +19,7 @@ import (
 	"github.com/moatsh/moat/internal/oci/ocitest"
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/template"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 type env struct {
@@ -31,9 +32,7 @@ type env struct {
 // small tree with root and user accounts, and a Manager over it.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: builds chown /home/user")
-	}
+	testkit.RequireRoot(t) // builds chown /home/user
 	ctx := context.Background()
 	dir := t.TempDir()
 	db, err := store.Open(ctx, filepath.Join(dir, "moat.db"))
@@ -92,19 +91,15 @@ func (e *env) build(t *testing.T, team, name string, spec Spec) (store.Build, er
 	if err := e.m.Start(ctx, b, spec); err != nil {
 		return b, err
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		got, err := e.db.GetBuild(ctx, team, b.TemplateID, b.ID)
-		if err != nil {
+	var got store.Build
+	testkit.WaitFor(t, 30*time.Second, "build "+b.ID+" to finish", func() bool {
+		var err error
+		if got, err = e.db.GetBuild(ctx, team, b.TemplateID, b.ID); err != nil {
 			t.Fatal(err)
 		}
-		if got.Status == store.BuildReady || got.Status == store.BuildError {
-			return got, nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("build did not finish")
-	return b, nil
+		return got.Status == store.BuildReady || got.Status == store.BuildError
+	})
+	return got, nil
 }
 
 func TestBuildFromTemplate(t *testing.T) {

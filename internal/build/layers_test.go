@@ -13,6 +13,7 @@ import (
 	"github.com/moatsh/moat/internal/build/layercache"
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/template"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // cacheEnv is newEnv with a fake runner and an uploaded COPY archive.
@@ -218,7 +219,7 @@ func TestFailedStepLeavesNoLayer(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(e.m.cache.Dir(), ".work")); len(ents) != 0 {
 		t.Fatalf("work dirs left: %v", ents)
 	}
-	st, ran, err := gcNow(e)
+	st, ran, err := gcNow(t, e)
 	if err != nil || !ran || st.Kept != before || st.Layers != 0 {
 		t.Fatalf("GC = %+v, %v, %v (want %d kept)", st, ran, err, before)
 	}
@@ -292,13 +293,13 @@ func TestGCAfterTemplateRemoval(t *testing.T) {
 	e.mustBuild(t, fr, "gone", Spec{FromTemplate: "mini", Steps: cacheSteps(hash, "write etc/two v1")})
 	n := layerLinks(t, e)
 	e.m.cfg.LayerMaxAge = time.Nanosecond
-	if st, ran, err := gcNow(e); err != nil || !ran || st.Layers != 0 || st.Kept != n {
+	if st, ran, err := gcNow(t, e); err != nil || !ran || st.Layers != 0 || st.Kept != n {
 		t.Fatalf("GC with the template = %+v, %v, %v (want %d kept)", st, ran, err, n)
 	}
 	if err := template.RemoveTemplateFiles(e.data, "gone"); err != nil {
 		t.Fatal(err)
 	}
-	if st, ran, err := gcNow(e); err != nil || !ran || st.Layers != n || st.Kept != 0 {
+	if st, ran, err := gcNow(t, e); err != nil || !ran || st.Layers != n || st.Kept != 0 {
 		t.Fatalf("GC without the template = %+v, %v, %v (want %d removed)", st, ran, err, n)
 	}
 	if ents, _ := os.ReadDir(e.m.cache.Dir()); len(ents) != 2 { // .lock and .work
@@ -311,12 +312,11 @@ func TestGCAfterTemplateRemoval(t *testing.T) {
 }
 
 // gcNow runs GC, waiting for the one a finished build may be running.
-func gcNow(e *env) (layercache.GCStats, bool, error) {
-	for range 100 {
-		if st, ran, err := e.m.GC(); ran || err != nil {
-			return st, ran, err
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return layercache.GCStats{}, false, nil
+func gcNow(t *testing.T, e *env) (st layercache.GCStats, ran bool, err error) {
+	t.Helper()
+	testkit.WaitFor(t, time.Second, "a GC run of our own (a finished build's GC to end)", func() bool {
+		st, ran, err = e.m.GC()
+		return ran || err != nil
+	})
+	return st, ran, err
 }

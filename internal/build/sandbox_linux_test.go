@@ -15,24 +15,18 @@ import (
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/container"
 	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // realEnv is newEnv whose builds run in real build sandboxes (the
 // container runtime, own network scope and cgroup parent) over a busybox
-// template "bb", with the real envd. It skips without root, runc or
-// busybox.
+// template "bb", with the real envd. Without root, runc or busybox it is
+// testkit.Missing (a failure under MOAT_TEST_REQUIRE=1).
 func realEnv(t *testing.T) *env {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: build sandboxes")
-	}
-	if _, err := exec.LookPath("runc"); err != nil {
-		t.Skip("runc not installed (apt-get install runc)")
-	}
-	bb, err := exec.LookPath("busybox")
-	if err != nil {
-		t.Skip("busybox not installed (apt-get install busybox-static)")
-	}
+	testkit.RequireRoot(t) // build sandboxes
+	testkit.RequireTool(t, "runc")
+	bb := testkit.RequireTool(t, "busybox")
 	envd := os.Getenv("MOAT_ENVD")
 	if envd == "" {
 		envd = filepath.Join(t.TempDir(), "envd")
@@ -83,16 +77,14 @@ func newTestRunner(t *testing.T, dataDir string) *SandboxRunner {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	np, err := netpolicy.New(log, netpolicy.WithScope("moatbc", "bc", netip.MustParsePrefix("10.236.0.0/16")))
-	if err != nil {
-		t.Skipf("network policy: %v", err)
-	}
+	testkit.RequireNoErr(t, err, "network policy") // our own component failing to start
 	stateRoot := filepath.Join("/run", "moatbc-"+randomLower(8))
 	rt, err := container.New(ctx, runtime.Config{DataDir: dataDir, Logger: log},
 		container.WithOCIRuntime("runc"), container.WithStateRoot(stateRoot), container.WithCgroupParent("/moatbc"),
 		container.WithNetwork(np))
 	if err != nil {
 		np.Close()
-		t.Skipf("container runtime: %v", err)
+		testkit.Missing(t, "container runtime: %v", err) // our own component failing to start
 	}
 	t.Cleanup(func() {
 		_ = rt.Close()

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // testParent is this package's own cgroup parent, apart from moat's "/moat".
@@ -16,11 +17,9 @@ const testParent = "/moatcgtest"
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testkit.RequireRoot(t)
 	if _, err := os.Stat(Root); err != nil {
-		t.Skipf("no cgroup mount: %v", err)
+		testkit.Missing(t, "no cgroup mount: %v", err)
 	}
 }
 
@@ -77,7 +76,7 @@ func TestLifecycle(t *testing.T) {
 func TestRemoveAllEveryHierarchy(t *testing.T) {
 	requireRoot(t)
 	if V2Only() {
-		t.Skip("v1 hierarchies only")
+		t.Skip("by design: a cgroup v2-only host has no v1 hierarchies to remove from")
 	}
 	path := testParent + "/all"
 	t.Cleanup(func() { _ = RemoveAll(path); _ = RemoveAll(testParent) })
@@ -88,7 +87,7 @@ func TestRemoveAllEveryHierarchy(t *testing.T) {
 		}
 	}
 	if len(made) == 0 {
-		t.Skip("no hierarchy accepted a cgroup")
+		t.Skip("by design: no cgroup v1 hierarchy of this host accepted a cgroup")
 	}
 	if err := RemoveAll(path); err != nil {
 		t.Fatalf("RemoveAll: %v", err)

@@ -57,13 +57,13 @@ func TestFavorDynMods(t *testing.T) {
 	requireRoot(t)
 	line, ok := cgroup2Line(t)
 	if !ok {
-		t.Skip("no cgroup2 mount")
+		t.Skip("by design: this host has no cgroup2 mount (cgroup v1 only)")
 	}
 	r, _ := parseCgroup2(line)
 	t.Cleanup(func() { _, _ = favorDynMods("/proc/self/mountinfo") })
 	off := strings.TrimSuffix(strings.TrimSuffix(r.data, "favordynmods"), ",")
 	if err := unix.Mount("", r.target, "", unix.MS_REMOUNT|r.flags, off); err != nil {
-		t.Skipf("remount %s without favordynmods: %v (kernel before 6.0?)", r.target, err)
+		t.Skipf("by design: remount %s without favordynmods: %v (the kernel lacks favordynmods, before 6.0)", r.target, err)
 	}
 	before, _ := cgroup2Line(t)
 	if strings.Contains(before, "favordynmods") {

@@ -8,14 +8,14 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // TestMount needs root: files under the mount appear shifted into the range,
 // it is read-only, and the source keeps its owners.
 func TestMount(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testkit.RequireRoot(t)
 	src, dst := t.TempDir(), t.TempDir()
 	f := filepath.Join(src, "file")
 	if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
@@ -57,9 +57,7 @@ func TestMount(t *testing.T) {
 // BenchmarkMount is the cost an idmapped template view adds to a create
 // (user namespace holder, open_tree, mount_setattr, move_mount) plus unmount.
 func BenchmarkMount(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	testkit.RequireRoot(b)
 	src, dst := b.TempDir(), b.TempDir()
 	r := Range{Host: FirstHost}
 	for b.Loop() {
@@ -74,9 +72,7 @@ func BenchmarkMount(b *testing.B) {
 
 // BenchmarkUserNS is the user namespace holder alone.
 func BenchmarkUserNS(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	testkit.RequireRoot(b)
 	for b.Loop() {
 		fd, err := userNS(Range{Host: FirstHost})
 		if err != nil {

@@ -6,12 +6,12 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 func TestJailedProgram(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testkit.RequireRoot(t)
 	dir := t.TempDir() // 0700 root: only the bind mount makes it reachable
 	if err := os.Chown(dir, 0, 1<<30); err != nil {
 		t.Fatal(err)

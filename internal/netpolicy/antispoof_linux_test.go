@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moatsh/moat/internal/netpolicy/firewall"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // nftCounter reads a named counter, in netns ns when ns is not empty.
@@ -216,21 +217,28 @@ func TestAntiSpoofing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			port := 41000 + i
 			u.captureUDP(t, port, masq)
-			got := uint64(0)
-			for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && (got == 0 || !tc.want); {
-				sendRawUDP4(t, a.NSPath, tc.src, inet, port)
-				time.Sleep(100 * time.Millisecond)
-				got = nftCounter(t, u.ns, "inet", "cap", fmt.Sprintf("p%d", port))
-				if !tc.want && time.Now().Add(2500*time.Millisecond).After(deadline) {
-					break // a few tries are enough for a drop
+			count := func(c string) uint64 { return nftCounter(t, u.ns, "inet", "cap", fmt.Sprintf("%s%d", c, port)) }
+			if !tc.want {
+				// A negative check: a few packets, each given 100 ms to
+				// arrive, and none may.
+				for range 5 {
+					sendRawUDP4(t, a.NSPath, tc.src, inet, port)
+					time.Sleep(100 * time.Millisecond)
 				}
+				if got := count("p"); got != 0 {
+					t.Errorf("source %s: %d packets arrived, want none", tc.src, got)
+				}
+				return
 			}
-			if (got > 0) != tc.want {
-				t.Errorf("source %s: %d packets arrived, want arrival %v", tc.src, got, tc.want)
-			}
-			if tc.want && nftCounter(t, u.ns, "inet", "cap", fmt.Sprintf("s%d", port)) != got {
-				t.Errorf("source %s arrived, but not (only) masqueraded to %s", tc.src, masq)
-			}
+			testkit.WaitFor(t, 3*time.Second, fmt.Sprintf("a packet from source %s to arrive", tc.src), func() bool {
+				sendRawUDP4(t, a.NSPath, tc.src, inet, port)
+				return count("p") > 0
+			})
+			// Packets still on their way count on both counters: wait for
+			// them to agree.
+			testkit.WaitFor(t, 3*time.Second, fmt.Sprintf("every packet from source %s to arrive masqueraded to %s", tc.src, masq), func() bool {
+				return count("s") == count("p")
+			})
 		})
 	}
 	if after := nftCounter(t, "", "inet", m.o.table, firewall.CounterSpoofed4); after <= before {
@@ -247,7 +255,7 @@ func TestAntiSpoofing(t *testing.T) {
 // host's uplink address) only with a's own IPv6 address as its source.
 func testIPv6Spoofing(t *testing.T, m *Manager, u *uplink, a, b *Net) {
 	if !a.SandboxAddr6.IsValid() {
-		t.Skip("the host has no IPv6")
+		t.Skip("by design: the host has no IPv6")
 	}
 	host, err := netlink.LinkByName(a.HostIf)
 	if err != nil {
@@ -258,12 +266,17 @@ func testIPv6Spoofing(t *testing.T, m *Manager, u *uplink, a, b *Net) {
 		t.Fatal(err)
 	}
 	before := nftCounter(t, "", "inet", m.o.table, firewall.CounterSpoofed6)
+	sendOne := func(port int, src netip.Addr) {
+		sendFrame(t, a.NSPath, host.Attrs().HardwareAddr, unix.ETH_P_IPV6, func(net.HardwareAddr) []byte {
+			return udp6(src, inet6, port)
+		})
+	}
+	// send is for the negative checks: three frames, each given 100 ms
+	// to arrive, then the count of those that did.
 	send := func(port int, src netip.Addr) uint64 {
 		u.captureUDP(t, port, uplinkHost6.Addr())
 		for i := 0; i < 3; i++ {
-			sendFrame(t, a.NSPath, host.Attrs().HardwareAddr, unix.ETH_P_IPV6, func(net.HardwareAddr) []byte {
-				return udp6(src, inet6, port)
-			})
+			sendOne(port, src)
 			time.Sleep(100 * time.Millisecond)
 		}
 		return nftCounter(t, u.ns, "inet", "cap", fmt.Sprintf("p%d", port))
@@ -280,23 +293,24 @@ func testIPv6Spoofing(t *testing.T, m *Manager, u *uplink, a, b *Net) {
 	}
 	// Control: the same frame from its own address arrives, masqueraded.
 	const port = 41150
-	var got uint64
-	for deadline := time.Now().Add(3 * time.Second); got == 0 && time.Now().Before(deadline); {
-		got = send(port, a.SandboxAddr6)
-	}
-	if got == 0 {
-		t.Fatalf("IPv6 from the sandbox's own address %s did not arrive", a.SandboxAddr6)
-	}
-	if s := nftCounter(t, u.ns, "inet", "cap", fmt.Sprintf("s%d", port)); s != got {
-		t.Errorf("own IPv6 arrived %d times, %d of them masqueraded to %s", got, s, uplinkHost6.Addr())
-	}
+	u.captureUDP(t, port, uplinkHost6.Addr())
+	count := func(c string) uint64 { return nftCounter(t, u.ns, "inet", "cap", fmt.Sprintf("%s%d", c, port)) }
+	testkit.WaitFor(t, 3*time.Second, fmt.Sprintf("IPv6 from the sandbox's own address %s to arrive", a.SandboxAddr6), func() bool {
+		sendOne(port, a.SandboxAddr6)
+		return count("p") > 0
+	})
+	// Frames still on their way count on both counters: wait for them to
+	// agree.
+	testkit.WaitFor(t, 3*time.Second, fmt.Sprintf("every own IPv6 packet to arrive masqueraded to %s", uplinkHost6.Addr()), func() bool {
+		return count("s") == count("p")
+	})
 }
 
 // testNDPSpoofing: neighbour advertisements from a's eth0 claiming other
 // addresses leave the host's IPv6 neighbour table as it was.
 func testNDPSpoofing(t *testing.T, m *Manager, a, b *Net) {
 	if !a.SandboxAddr6.IsValid() {
-		t.Skip("the host has no IPv6")
+		t.Skip("by design: the host has no IPv6")
 	}
 	_ = dial(net.JoinHostPort(b.SandboxAddr6.String(), "1")) // an entry for b; refused is fine
 	neigh := func(ip netip.Addr) string {
@@ -317,7 +331,7 @@ func testNDPSpoofing(t *testing.T, m *Manager, a, b *Net) {
 		for _, src := range []netip.Addr{a.SandboxAddr6, netip.MustParseAddr("fe80::5054:ff:fe00:99")} {
 			sendFrame(t, a.NSPath, allNodes, unix.ETH_P_IPV6, func(mac net.HardwareAddr) []byte { return neighAdvert6(mac, src, claim) })
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // a negative check: time for a wrong entry to be learnt
 		if now := neigh(claim); now != was {
 			t.Errorf("neighbour entries for %s changed: %q → %q", claim, was, now)
 		}
@@ -355,7 +369,7 @@ func testARPSpoofing(t *testing.T, m *Manager, a, b *Net) {
 		was := neigh(claim)
 		sendFrame(t, a.NSPath, bcast, unix.ETH_P_ARP, func(mac net.HardwareAddr) []byte { return arpPacket(mac, claim, a.HostAddr) })
 		sendFrame(t, a.NSPath, bcast, unix.ETH_P_ARP, func(mac net.HardwareAddr) []byte { return arpPacket(mac, claim, claim) })
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // a negative check: time for a wrong entry to be learnt
 		if now := neigh(claim); fmt.Sprint(now) != fmt.Sprint(was) {
 			t.Errorf("neighbour entries for %s changed: %v → %v", claim, was, now)
 		}
@@ -366,8 +380,8 @@ func testARPSpoofing(t *testing.T, m *Manager, a, b *Net) {
 	// Control: the sandbox's own address is learnt from the same kind of frame.
 	_ = netlink.NeighDel(&netlink.Neigh{LinkIndex: host.Attrs().Index, IP: net.IP(a.SandboxAddr.AsSlice())})
 	sendFrame(t, a.NSPath, bcast, unix.ETH_P_ARP, func(mac net.HardwareAddr) []byte { return arpPacket(mac, a.SandboxAddr, a.HostAddr) })
-	time.Sleep(100 * time.Millisecond)
-	if _, ok := neigh(a.SandboxAddr)[a.HostIf]; !ok {
-		t.Errorf("the sandbox's own ARP was not learnt: %v", neigh(a.SandboxAddr))
-	}
+	testkit.WaitFor(t, 3*time.Second, fmt.Sprintf("the sandbox's own ARP (%s on %s) to be learnt", a.SandboxAddr, a.HostIf), func() bool {
+		_, ok := neigh(a.SandboxAddr)[a.HostIf]
+		return ok
+	})
 }

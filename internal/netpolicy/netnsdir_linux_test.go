@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // ipNetnsAddFirstRun does what iproute2's `ip netns add` does to the netns
@@ -28,9 +30,7 @@ func ipNetnsAddFirstRun(dir string) error {
 // a shared mount point first. The control case (a plain directory) shows
 // the failure it prevents: EBUSY, the namespace hidden under the new bind.
 func TestNetnsRemovableAfterIPNetnsAdd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (mount)")
-	}
+	testkit.RequireRoot(t) // mount
 	for _, tc := range []struct {
 		name      string
 		prepare   bool

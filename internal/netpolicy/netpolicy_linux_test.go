@@ -18,13 +18,15 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/moatsh/moat/internal/testkit"
 )
 
+// requireRoot: the tests create network namespaces, veths and nftables
+// tables.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces, veths and nftables tables")
-	}
+	testkit.RequireRoot(t)
 }
 
 func testID(t *testing.T) string {
@@ -127,6 +129,8 @@ func dial(addr string) error {
 // dialEventually is dial for connections that must work: a loaded host
 // (QEMU under TCG on both cores in a parallel test package) can delay a
 // SYN's softirq past one short timeout, so it retries for a few seconds.
+// It is not testkit.WaitFor: it mostly runs in inNetns's goroutine (no
+// t.Fatal there), stands in for dial and returns the last error.
 func dialEventually(addr string) error {
 	var err error
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
@@ -268,7 +272,7 @@ func assertGone(t *testing.T, m *Manager, id string) {
 func TestInternetEgress(t *testing.T) {
 	target := os.Getenv("MOAT_TEST_INTERNET")
 	if target == "" {
-		t.Skip("set MOAT_TEST_INTERNET=host:port to test egress through NAT")
+		t.Skip("opt-in: set MOAT_TEST_INTERNET=host:port to test egress through NAT")
 	}
 	m := testManager(t)
 	ctx := context.Background()

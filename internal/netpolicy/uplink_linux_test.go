@@ -17,6 +17,7 @@ import (
 
 	"github.com/moatsh/moat/internal/netpolicy/firewall"
 	"github.com/moatsh/moat/internal/netpolicy/hostnet"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // uplink is a simulated upstream network in a netns of its own ("gateway"),
@@ -104,12 +105,15 @@ func nftDaddr(p netip.Prefix) string {
 func waitHostnets(t *testing.T, m *Manager, p netip.Prefix, want bool) {
 	t.Helper()
 	var rules string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if rules = hostnetsRules(t, m); strings.Contains(rules, nftDaddr(p)) == want {
-			return
+	defer func() {
+		if t.Failed() {
+			t.Logf("hostnets chain of %s:\n%s", m.o.table, rules)
 		}
-	}
-	t.Fatalf("hostnets chain of %s: want drop of %s = %v, have:\n%s", m.o.table, p, want, rules)
+	}()
+	testkit.WaitFor(t, 5*time.Second, fmt.Sprintf("the hostnets chain of %s to have drop of %s = %v", m.o.table, p, want), func() bool {
+		rules = hostnetsRules(t, m)
+		return strings.Contains(rules, nftDaddr(p)) == want
+	})
 }
 
 // TestHostNetworksBlocked: a sandbox with internet access reaches what lies

@@ -11,6 +11,7 @@ import (
 
 	"github.com/moatsh/moat/internal/nfsd/export"
 	"github.com/moatsh/moat/internal/nfsd/xdr"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // testClient speaks RPC to a test server over TCP, from a privileged
@@ -27,9 +28,7 @@ type testClient struct {
 // it as uid 1000.
 func serve(t *testing.T, dir string) *testClient {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (setfsuid, privileged ports)")
-	}
+	testkit.RequireRoot(t) // setfsuid, privileged ports
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/moatsh/moat/internal/nfsd/export"
 	"github.com/moatsh/moat/internal/nfsd/xdr"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // callRecord is a call message (without its record mark) of proc of prog
@@ -40,9 +41,7 @@ func callRecord(prog, proc uint32, args func(w *xdr.Writer)) []byte {
 // whatever they hold, the server must answer (or refuse to parse) without
 // panicking, with a well-formed record carrying the call's xid.
 func FuzzCall(f *testing.F) {
-	if os.Geteuid() != 0 {
-		f.Skip("needs root (setfsuid)")
-	}
+	testkit.RequireRoot(f) // setfsuid
 	dir := f.TempDir()
 	_ = os.Chown(dir, 1000, 1000)
 	root, err := os.Open(dir)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/nfsd/xdr"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // testDir is a directory owned by 1000:1000 (the volumes' root owner).
@@ -205,21 +206,17 @@ func TestHandlesSurviveRestartAndRename(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, "d"), filepath.Join(dir, "e")); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.WaitFor(t, 10*time.Second, "READ of the old handle to find the file renamed by a sharer", func() bool {
 		st, got := c2.read(f)
-		if st == nfsOK && got == "kept" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("READ after a rename by a sharer: %d %q", st, got)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return st == nfsOK && got == "kept"
+	})
 	// Removed: stale.
 	if err := os.RemoveAll(filepath.Join(dir, "e")); err != nil {
 		t.Fatal(err)
 	}
+	// Not a wait for an event: past the walks' rate limit (2 s), so that
+	// the GETATTR below is answered by a new walk of the tree, not by the
+	// one that just found the rename.
 	time.Sleep(2100 * time.Millisecond)
 	if st, _ := c2.getattr(f); st != nfsErrStale {
 		t.Errorf("GETATTR of a removed file: %d, want STALE", st)

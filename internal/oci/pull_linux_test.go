@@ -21,20 +21,19 @@ import (
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/oci"
 	"github.com/moatsh/moat/internal/oci/ocitest"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: unpacking keeps file owners")
-	}
+	testkit.RequireRoot(t) // unpacking keeps file owners
 }
 
 func busybox(t *testing.T) []byte {
 	t.Helper()
 	b, err := os.ReadFile("/usr/bin/busybox")
 	if err != nil {
-		t.Skip("busybox not installed (apt-get install busybox-static)")
+		testkit.Missing(t, "busybox not installed (apt-get install busybox-static): %v", err)
 	}
 	return b
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // TestAdmission: with one slot and no queue, a second create while the
@@ -44,9 +45,7 @@ func TestAdmission(t *testing.T) {
 	qctx, cancel := context.WithCancel(ctx)
 	queued := make(chan error, 1)
 	go func() { _, err := env.Orch.Create(qctx, req); queued <- err }()
-	for adm.Stats().Waiting != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitFor(t, 5*time.Second, "the second create to wait for admission", func() bool { return adm.Stats().Waiting == 1 })
 	// The queue is full: refused at once.
 	_, err := env.Orch.Create(ctx, req)
 	var re *admission.RetryError

@@ -2,6 +2,7 @@ package orchestrator_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -9,24 +10,26 @@ import (
 	"github.com/moatsh/moat/internal/envd/state"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
+	"github.com/moatsh/moat/internal/orchestrator/warmpool"
 	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // waitPool polls until the first pool has want ready members whose IDs
 // satisfy ok, and returns them.
 func waitPool(t *testing.T, o *orchestrator.Orchestrator, want int, ok func(ids []string) bool) []string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st := o.Pools()
-		if len(st) == 1 && st[0].Ready == want && (ok == nil || ok(st[0].IDs)) {
-			return st[0].IDs
+	var st []warmpool.Status
+	defer func() {
+		if t.Failed() {
+			t.Logf("pools: %+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pool never reached %d ready members: %+v", want, st)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	}()
+	testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("the pool to reach %d ready members", want), func() bool {
+		st = o.Pools()
+		return len(st) == 1 && st[0].Ready == want && (ok == nil || ok(st[0].IDs))
+	})
+	return st[0].IDs
 }
 
 func TestWarmPool(t *testing.T) {

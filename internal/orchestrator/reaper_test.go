@@ -11,18 +11,12 @@ import (
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
 	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
-// eventually polls cond until it holds or 5 s pass: the reaper acts in
+// reaperWait bounds the waits below on the wall clock: the reaper acts in
 // goroutines of its own even when the clock is fake.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after 5 s", what)
-		}
-	}
-}
+const reaperWait = 5 * time.Second
 
 // run starts env's Run and stops it when the test ends, checking that it
 // returns (it waits for its goroutines).
@@ -63,12 +57,12 @@ func TestTimeoutsFireOnTheClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, env) // arms the timers: killMe's and pauseMe's fire at once
-	eventually(t, "expired sandboxes stopped", func() bool {
+	testkit.WaitFor(t, reaperWait, "expired sandboxes stopped", func() bool {
 		_, errKill := o.Get(ctx, team, killMe.ID)
 		p, _ := o.Get(ctx, team, pauseMe.ID)
 		return errdefs.IsNotFound(errKill) && p.State == store.StatePaused
 	})
-	eventually(t, "timers of keep, extended and shortened armed", func() bool { return clock.Pending() == 3 })
+	testkit.WaitFor(t, reaperWait, "timers of keep, extended and shortened armed", func() bool { return clock.Pending() == 3 })
 	if !slices.Contains(env.Runtime.Killed(), killMe.ID) {
 		t.Fatal("runtime kill not called")
 	}
@@ -84,7 +78,7 @@ func TestTimeoutsFireOnTheClock(t *testing.T) {
 		}
 	}
 	clock.Advance(31 * time.Second) // past shortened's new end, not keep's (at 60 s)
-	eventually(t, "shortened killed", func() bool {
+	testkit.WaitFor(t, reaperWait, "shortened killed", func() bool {
 		_, err := o.Get(ctx, team, shortened.ID)
 		return errdefs.IsNotFound(err)
 	})
@@ -98,7 +92,7 @@ func TestTimeoutsFireOnTheClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(10 * time.Minute)
-	eventually(t, "resumed, keep and extended sandboxes stopped", func() bool {
+	testkit.WaitFor(t, reaperWait, "resumed, keep and extended sandboxes stopped", func() bool {
 		p, _ := o.Get(ctx, team, pauseMe.ID)
 		_, errExt := o.Get(ctx, team, extended.ID)
 		_, errKeep := o.Get(ctx, team, keep.ID)
@@ -125,7 +119,7 @@ func TestSandboxDyingOnItsOwnIsReportedGone(t *testing.T) {
 	env.Runtime.Crash(paused.ID) // a pause to disk ends the process too
 	died := time.Now()
 	env.Runtime.Crash(victim.ID)
-	eventually(t, "dead sandbox removed", func() bool {
+	testkit.WaitFor(t, reaperWait, "dead sandbox removed", func() bool {
 		_, ok := env.Orch.Lookup(victim.ID)
 		return !ok
 	})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // TestOnRemove: the OnRemove funcs (the proxy's CloseSandbox) hear of
@@ -47,9 +48,5 @@ func TestOnRemove(t *testing.T) {
 	}
 	expired := create(t, env, orchestrator.CreateRequest{Timeout: time.Second})
 	go o.Run(ctx)
-	for deadline := time.Now().Add(10 * time.Second); !has(expired.ID); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed-out sandbox never reported removed (removed %v)", removed)
-		}
-	}
+	testkit.WaitFor(t, 10*time.Second, "the timed-out sandbox to be reported removed", func() bool { return has(expired.ID) })
 }

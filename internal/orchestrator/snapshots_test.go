@@ -204,7 +204,7 @@ func TestDeleteSnapshotWaitsForCreates(t *testing.T) {
 	select {
 	case err := <-deleted:
 		t.Fatalf("delete returned during the copy: %v", err)
-	case <-time.After(100 * time.Millisecond):
+	case <-time.After(100 * time.Millisecond): // a negative check: time for a wrong return
 	}
 	close(release)
 	if err := <-created; err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
 	"github.com/moatsh/moat/internal/server"
 	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 func TestListPools(t *testing.T) {
@@ -31,20 +32,20 @@ func TestListPools(t *testing.T) {
 	t.Cleanup(func() { cancel(); env.Orch.WaitPools() })
 	env.Orch.StartPools(ctx)
 	hp := &harness{t: t, url: ts.URL, key: key, env: env}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var last []byte
+	defer func() {
+		if t.Failed() {
+			t.Logf("pools: %s", last)
+		}
+	}()
+	testkit.WaitFor(t, 10*time.Second, "GET /moat/pools to show pool base with 2 of 2 ready", func() bool {
 		var got []struct {
 			Template    string
 			Size, Ready int
 		}
 		r := hp.do("GET", "/moat/pools", "")
+		last = r.body
 		r.json(t, &got)
-		if len(got) == 1 && got[0].Template == "base" && got[0].Size == 2 && got[0].Ready == 2 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pools: %s", r.body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(got) == 1 && got[0].Template == "base" && got[0].Size == 2 && got[0].Ready == 2
+	})
 }

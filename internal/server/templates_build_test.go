@@ -22,6 +22,7 @@ import (
 	"github.com/moatsh/moat/internal/server/templateapi"
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/template"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // newBuildHarness is a server with template builds on, a shared template
@@ -36,9 +37,7 @@ func newBuildHarness(t *testing.T) (*harness, *atomic.Int64) {
 // configuration (its DataDir, its upload GC).
 func newBuildHarnessConfig(t *testing.T) (*harness, *atomic.Int64, *server.BuildConfig) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: builds chown /home/user")
-	}
+	testkit.RequireRoot(t) // builds chown /home/user
 	ctx := context.Background()
 	env := orchestratortest.New(t, orchestrator.Config{MaxTimeout: time.Hour})
 	key, err := env.DB.CreateAPIKey(ctx, store.DefaultTeam)
@@ -124,13 +123,13 @@ type buildInfo struct {
 func (h *harness) waitBuild(key string, ids buildIDs) (buildInfo, []string) {
 	h.t.Helper()
 	var msgs []string
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	var info buildInfo
+	testkit.WaitFor(h.t, 30*time.Second, "the build to finish and its logs to be read", func() bool {
 		r := h.doKey("GET", fmt.Sprintf("/templates/%s/builds/%s/status?logsOffset=%d", ids.TemplateID, ids.BuildID, len(msgs)), "", key)
 		if r.status != http.StatusOK {
 			h.t.Fatalf("status: %d %s", r.status, r.body)
 		}
-		var info buildInfo
+		info = buildInfo{}
 		r.json(h.t, &info)
 		for _, e := range info.LogEntries {
 			if e.Timestamp.IsZero() || e.Level == "" {
@@ -141,13 +140,9 @@ func (h *harness) waitBuild(key string, ids buildIDs) (buildInfo, []string) {
 		if info.Logs == nil {
 			h.t.Fatalf("logs is not an array: %s", r.body)
 		}
-		if (info.Status == "ready" || info.Status == "error") && len(info.LogEntries) == 0 {
-			return info, msgs
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	h.t.Fatal("build did not finish")
-	return buildInfo{}, nil
+		return (info.Status == "ready" || info.Status == "error") && len(info.LogEntries) == 0
+	})
+	return info, msgs
 }
 
 // TestTemplateBuildFlow: the SDK's sequence for a fromTemplate build with

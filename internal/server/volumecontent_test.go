@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // content calls the volume content API with token.
@@ -26,9 +28,7 @@ func (h *harness) content(method, path, token string, body io.Reader) resp {
 // symlinks and a FIFO planted as a sandbox would, and a write past the
 // volume's size.
 func TestVolumeContent(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("loop mounts need root")
-	}
+	testkit.RequireRoot(t) // loop mounts
 	h, _, vols := newVolumeHarnessM(t)
 	r := h.do("POST", "/volumes", `{"name":"c","sizeMB":8}`)
 	var v struct{ VolumeID, Token string }

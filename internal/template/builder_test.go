@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 const fakeMmdebstrap = `#!/bin/sh
@@ -28,9 +29,7 @@ echo fake > "$target/etc/os-release"
 // test binary as envd, and the file counting mmdebstrap runs.
 func testEnv(t *testing.T) (Options, string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: rootfs.Finalize chowns /home/user")
-	}
+	testkit.RequireRoot(t) // rootfs.Finalize chowns /home/user
 	dir := t.TempDir()
 	fake := filepath.Join(dir, "mmdebstrap")
 	if err := os.WriteFile(fake, []byte(fakeMmdebstrap), 0o755); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/moatsh/moat/internal/oci"
 	"github.com/moatsh/moat/internal/oci/ocitest"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // busyboxImage is a root with busybox as /bin/sh and nothing else: no
@@ -25,7 +26,7 @@ func busyboxImage(t *testing.T, extra ...ocitest.Entry) v1.Image {
 	t.Helper()
 	bb, err := os.ReadFile("/usr/bin/busybox")
 	if err != nil {
-		t.Skip("busybox not installed (apt-get install busybox-static)")
+		testkit.Missing(t, "busybox not installed (apt-get install busybox-static): %v", err)
 	}
 	entries := append([]ocitest.Entry{
 		ocitest.Dir("bin", 0o755), ocitest.Dir("etc", 0o755),

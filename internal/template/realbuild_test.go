@@ -3,6 +3,7 @@ package template
 import (
 	"context"
 	"github.com/moatsh/moat/internal/template/catalog"
+	"github.com/moatsh/moat/internal/testkit"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,18 +17,15 @@ import (
 // (and its apt cache) between runs.
 func TestRealBuild(t *testing.T) {
 	if os.Getenv("MOAT_TEST_TEMPLATE_BUILD") != "1" {
-		t.Skip("set MOAT_TEST_TEMPLATE_BUILD=1 to build a real Debian rootfs (downloads packages)")
+		t.Skip("opt-in: set MOAT_TEST_TEMPLATE_BUILD=1 to build a real Debian rootfs (downloads packages)")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("mmdebstrap --mode=root needs root")
-	}
-	if _, err := exec.LookPath("mmdebstrap"); err != nil {
-		t.Skip("mmdebstrap not installed: apt-get install mmdebstrap")
-	}
+	// Opted in: what it needs is a prerequisite from here on.
+	testkit.RequireRoot(t) // mmdebstrap --mode=root
+	testkit.RequireTool(t, "mmdebstrap")
 	envd, err := FindEnvd(os.Getenv(EnvdEnv))
 	if err != nil {
 		if envd, err = FindEnvd("../../bin/envd"); err != nil {
-			t.Skip("no envd binary: run `make build` or set MOAT_ENVD")
+			testkit.Missing(t, "no envd binary: run `make build` or set MOAT_ENVD: %v", err)
 		}
 	}
 	dataDir := os.Getenv("MOAT_TEST_DATA_DIR")
@@ -57,8 +55,8 @@ func TestRealBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !again.Cached || again.Duration > time.Minute {
-		t.Errorf("rebuild: cached=%v in %s, want a cache hit in seconds", again.Cached, again.Duration)
+	if !again.Cached {
+		t.Errorf("rebuild: cached=%v in %s, want a cache hit", again.Cached, again.Duration)
 	}
-	t.Logf("cached rebuild: %s", again.Duration)
+	t.Logf("cached rebuild: %s", again.Duration) // a figure: tests set no absolute time limits
 }

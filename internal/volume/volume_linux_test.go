@@ -7,15 +7,14 @@ import (
 	"testing"
 
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // TestManager: a held volume cannot be removed; its mount stays while the
 // server runs, is adopted by a new manager (a restarted server), and is
 // gone with Remove; Close unmounts what nothing holds.
 func TestManager(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("loop mounts need root")
-	}
+	testkit.RequireRoot(t) // loop mounts
 	ctx := context.Background()
 	data := t.TempDir()
 	m, err := New(data)

@@ -8,15 +8,15 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // TestApplyUpper writes an overlay upper dir as the kernel leaves it
 // (owners in the sandbox's host range, whiteouts, an opaque dir, a hard
 // link, a symlink planted to lead out) into a lower tree.
 func TestApplyUpper(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: whiteouts are device nodes, opaque dirs trusted xattrs")
-	}
+	testkit.RequireRoot(t) // whiteouts are device nodes, opaque dirs trusted xattrs
 	const host = 200000
 	dir := t.TempDir()
 	lower, upper, outside := filepath.Join(dir, "lower"), filepath.Join(dir, "upper"), filepath.Join(dir, "outside")
@@ -66,7 +66,7 @@ func TestApplyUpper(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := unix.Setxattr(filepath.Join(upper, "opt/old"), "trusted.overlay.opaque", []byte("y"), 0); err != nil {
-		t.Skipf("trusted xattrs unsupported here: %v", err)
+		t.Skipf("by design: the temp dir's filesystem lacks trusted xattrs: %v", err)
 	}
 	write(upper, "opt/old/b", "b", 0o644, host)
 	if err := os.Symlink("/etc/keep", filepath.Join(upper, "link")); err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/moatsh/moat/internal/envd/state"
 	"github.com/moatsh/moat/internal/envd/users"
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 type testEnv struct {
@@ -298,13 +299,9 @@ func TestMakeDir(t *testing.T) {
 // TestMakeDirChownsToUser checks that directories created for another
 // account belong to it (needs root to chown).
 func TestMakeDirChownsToUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testkit.RequireRoot(t) // chown
 	nobody, err := users.NewResolver().Lookup("nobody")
-	if err != nil {
-		t.Skip("no nobody account:", err)
-	}
+	testkit.RequireNoErr(t, err, "the nobody account")
 	forCodecs(t, func(t *testing.T, env *testEnv, c filesystemconnect.FilesystemClient) {
 		ctx := ctxT(t)
 		target := filepath.Join(env.home, "n1/n2")
@@ -387,9 +384,9 @@ func TestPermissionDenied(t *testing.T) {
 	target := fmt.Sprintf("/sys/moat-filesystem-test-%d", os.Getpid())
 	if err := os.Mkdir(target, 0o755); err == nil {
 		_ = os.Remove(target)
-		t.Skip("this system lets us create directories in /sys")
+		t.Skip("by design: this system lets us create directories in /sys")
 	} else if !errors.Is(err, fs.ErrPermission) {
-		t.Skipf("mkdir in /sys fails with %v here, not a permission error", err)
+		t.Skipf("by design: mkdir in /sys fails with %v here, not a permission error", err)
 	}
 	forCodecs(t, func(t *testing.T, env *testEnv, c filesystemconnect.FilesystemClient) {
 		_, err := c.MakeDir(ctxT(t), connect.NewRequest(&filesystem.MakeDirRequest{Path: target}))

@@ -184,18 +184,6 @@ func tagSel(tag string) *pb.ProcessSelector {
 	return &pb.ProcessSelector{Selector: &pb.ProcessSelector_Tag{Tag: tag}}
 }
 
-// waitFor polls cond until it holds or 10 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // streamErr returns the first error of a stream call, whether from the call
 // or from the first Receive.
 func streamErr(s interface {

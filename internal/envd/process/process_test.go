@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	pb "github.com/moatsh/moat/api/envd/process"
 	"github.com/moatsh/moat/api/envd/process/processconnect"
 	"github.com/moatsh/moat/internal/envd/state"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 func TestStartOutputAndExit(t *testing.T) {
@@ -331,7 +333,7 @@ func TestTimeoutKillsButDisconnectDoesNot(t *testing.T) {
 		r := &result{}
 		wantCode(t, collectRest(t, s, r), connect.CodeDeadlineExceeded)
 		s.Close()
-		waitFor(t, "timed-out process to be killed", func() bool { return pidEnded(ctx, c, pid) == "signal: killed" })
+		testkit.WaitFor(t, 10*time.Second, "timed-out process to be killed", func() bool { return pidEnded(ctx, c, pid) == "signal: killed" })
 
 		// A plain disconnect leaves the process running.
 		dctx, dcancel := context.WithCancel(ctx)
@@ -345,7 +347,7 @@ func TestTimeoutKillsButDisconnectDoesNot(t *testing.T) {
 		}
 		dcancel()
 		s2.Close()
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // a negative check: give a wrong kill time to happen
 		if st := pidEnded(ctx, c, pid2); st != "" {
 			t.Fatalf("process ended after disconnect: %q", st)
 		}
@@ -401,12 +403,17 @@ func TestKeepalive(t *testing.T) {
 
 func TestBackgroundChildren(t *testing.T) {
 	forEachCodec(t, func(t *testing.T, e *testEnv, c processconnect.ProcessClient) {
-		// A child that keeps stdout open must not delay the end event.
-		t0 := time.Now()
-		r := run(t, c, shReq("echo before; sleep 30 & echo after"))
-		if d := time.Since(t0); d > 10*time.Second || r.stdout.String() != "before\nafter\n" || r.end.GetStatus() != "exit status 0" {
-			t.Fatalf("took %v, stdout %q, end %v", d, r.stdout.String(), r.end)
+		// A child that keeps stdout open must not delay the end event: the
+		// child (its PID on stderr) is still running when the end arrives.
+		r := run(t, c, shReq("echo before; sleep 30 & echo $! >&2; echo after"))
+		child, err := strconv.Atoi(strings.TrimSpace(r.stderr.String()))
+		if err != nil || r.stdout.String() != "before\nafter\n" || r.end.GetStatus() != "exit status 0" {
+			t.Fatalf("stdout %q, stderr %q, end %v", r.stdout.String(), r.stderr.String(), r.end)
 		}
+		if err := syscall.Kill(child, 0); err != nil {
+			t.Fatalf("the end event waited for the background child %d to end (kill 0: %v)", child, err)
+		}
+		_ = syscall.Kill(child, syscall.SIGKILL)
 
 		// SIGKILL reaches the whole process group.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -430,7 +437,7 @@ func TestBackgroundChildren(t *testing.T) {
 		if r.end.GetStatus() != "signal: killed" {
 			t.Fatalf("end %v", r.end)
 		}
-		waitFor(t, "process group to die", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "process group to die", func() bool {
 			return syscall.Kill(-int(pid), 0) == syscall.ESRCH
 		})
 	})

@@ -1,12 +1,15 @@
 package reaper
 
 import (
+	"fmt"
 	"os/exec"
 	"strconv"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // TestReapKeepsOwnChildren makes this test process a subreaper (what PID 1
@@ -14,10 +17,10 @@ import (
 // not the exit status of a child that os/exec still has to Wait for.
 func TestReapKeepsOwnChildren(t *testing.T) {
 	if !Supported() {
-		t.Skip("no pidfd support in this kernel (Linux ≥ 5.4)")
+		t.Skip("by design: this kernel lacks pidfd (Linux ≥ 5.4)")
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		t.Skipf("cannot become a subreaper: %v", err)
+		testkit.Missing(t, "cannot become a subreaper (Linux ≥ 3.4 can): %v", err)
 	}
 	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
@@ -35,15 +38,10 @@ func TestReapKeepsOwnChildren(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reaped := false
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !reaped; {
+	testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("orphan %d to be reaped", orphan), func() bool {
 		Reap()
-		reaped = unix.Kill(orphan, 0) == unix.ESRCH
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !reaped {
-		t.Fatalf("orphan %d was not reaped", orphan)
-	}
+		return unix.Kill(orphan, 0) == unix.ESRCH
+	})
 	err = own.Wait()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
 		t.Fatalf("own child: Wait = %v, want exit status 7", err)

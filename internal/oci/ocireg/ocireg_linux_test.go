@@ -12,14 +12,13 @@ import (
 
 	"github.com/moatsh/moat/internal/oci"
 	"github.com/moatsh/moat/internal/oci/ocireg"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // TestRootfsImageRoundTrip pushes a directory as an image to a registry
 // that wants credentials, pulls and unpacks it, and finds the same tree.
 func TestRootfsImageRoundTrip(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the tree has files of other owners")
-	}
+	testkit.RequireRoot(t) // the tree has files of other owners
 	src := t.TempDir()
 	must := func(err error) {
 		t.Helper()

@@ -9,6 +9,7 @@ import (
 	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
 	"github.com/moatsh/moat/internal/orchestrator/reaper"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // recorder collects the hooks' calls; a process "exits" when its channel
@@ -48,14 +49,9 @@ func (r *recorder) calls() (expired, died []string) {
 	return append([]string(nil), r.expired...), append([]string(nil), r.died...)
 }
 
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
+// The waits below are on the wall clock: the fake clock only decides when
+// timers fire, the hooks still run in the reaper's goroutines.
+const wait = 5 * time.Second
 
 func TestReaper(t *testing.T) {
 	clk := orchestratortest.NewClock()
@@ -76,18 +72,18 @@ func TestReaper(t *testing.T) {
 	r.Track("b", 0, clk.Now().Add(time.Minute))
 	r.Untrack("b")
 	clk.Advance(time.Minute)
-	waitFor(t, "a to expire", func() bool { e, _ := rec.calls(); return len(e) == 1 })
+	testkit.WaitFor(t, wait, "a to expire", func() bool { e, _ := rec.calls(); return len(e) == 1 })
 	if e, _ := rec.calls(); e[0] != "a" {
 		t.Fatalf("expired %v, want [a]", e)
 	}
 	// Rearm fires again later.
 	r.Rearm("a", time.Second)
 	clk.Advance(time.Second)
-	waitFor(t, "a to expire again", func() bool { e, _ := rec.calls(); return len(e) == 2 })
+	testkit.WaitFor(t, wait, "a to expire again", func() bool { e, _ := rec.calls(); return len(e) == 2 })
 
 	// A process ending on its own is reported; an untracked one is not.
 	close(rec.exits["a"])
-	waitFor(t, "a to die", func() bool { _, d := rec.calls(); return len(d) == 1 })
+	testkit.WaitFor(t, wait, "a to die", func() bool { _, d := rec.calls(); return len(d) == 1 })
 	close(rec.exits["b"])
 
 	// Stop waits for the watches and leaves nothing armed.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // fakeSource makes members as map entries; gate, when set, holds every
@@ -112,17 +113,17 @@ func start(t *testing.T, src *fakeSource, specs ...Spec) *Pools {
 // their IDs.
 func waitReady(t *testing.T, ps *Pools, want int) []string {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st := ps.Status()
-		if len(st) == 1 && st[0].Ready == want {
-			return st[0].IDs
+	var st []Status
+	defer func() {
+		if t.Failed() {
+			t.Logf("pool status: %+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pool never had %d ready members: %+v", want, st)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	}()
+	testkit.WaitFor(t, 5*time.Second, fmt.Sprintf("the pool to have %d ready members", want), func() bool {
+		st = ps.Status()
+		return len(st) == 1 && st[0].Ready == want
+	})
+	return st[0].IDs
 }
 
 func TestRefillOneAtATimeUpToSize(t *testing.T) {
@@ -139,7 +140,7 @@ func TestRefillOneAtATimeUpToSize(t *testing.T) {
 			select {
 			case src.gate <- struct{}{}:
 				t.Fatalf("a full pool of %d made another member", size)
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(50 * time.Millisecond): // a negative check: time for a wrong Make to start
 			}
 			made, maxIn, _, _ := src.snapshot()
 			if made != size || maxIn != 1 {
@@ -237,17 +238,10 @@ func TestTemplateChangeRebuildsThePool(t *testing.T) {
 	oldTpl, _ := src.Template(context.Background(), "base")
 	newTpl := src.rebuild()
 
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ids := waitReady(t, ps, 2)
-		if !slices.Contains(ids, old[0]) && !slices.Contains(ids, old[1]) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("members of the old version still ready: %v", ids)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitFor(t, 5*time.Second, "two ready members, none of the old version", func() bool {
+		st := ps.Status()
+		return len(st) == 1 && st[0].Ready == 2 && !slices.Contains(st[0].IDs, old[0]) && !slices.Contains(st[0].IDs, old[1])
+	})
 	_, _, killed, released := src.snapshot()
 	for _, id := range old {
 		if !slices.Contains(killed, id) || !slices.Contains(released, id) {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 func TestHasLowerdir(t *testing.T) {
@@ -36,9 +38,7 @@ func TestHasLowerdir(t *testing.T) {
 // idmapped view of a template is) keeps the tree in use after it was
 // renamed, until the mount goes.
 func TestIsMountRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: mounts")
-	}
+	testkit.RequireRoot(t) // mounts
 	dir := t.TempDir()
 	tree, mnt, moved := filepath.Join(dir, "rootfs"), filepath.Join(dir, "lower"), filepath.Join(dir, "old")
 	for _, d := range []string{tree, mnt} {
@@ -50,7 +50,7 @@ func TestIsMountRoot(t *testing.T) {
 		t.Fatalf("before the mount: %v, %v", ok, err)
 	}
 	if err := unix.Mount(tree, mnt, "", unix.MS_BIND, ""); err != nil {
-		t.Skipf("bind mount: %v", err)
+		testkit.Missing(t, "bind mount as root: %v", err)
 	}
 	mounted := true
 	defer func() {
