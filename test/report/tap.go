@@ -21,8 +21,8 @@ var (
 // suites and tests that leads to it ("e2e PHASE suite > describe > test"),
 // and the file's duration.
 func readTAP(c *counts, r io.Reader, phase, suite string) error {
-	var stack []string // names of the open subtests, by depth
-	var totals [5]int  // tests, pass, fail, skipped, cancelled
+	var stack []string        // names of the open subtests, by depth
+	var totals [5]int         // tests, pass, fail, skipped, cancelled
 	var secs, topSecs float64 // the run's duration; the sum of its top-level tests'
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
