@@ -30,6 +30,8 @@ PACKAGES=(
   runc crun mmdebstrap debian-archive-keyring uidmap
   nftables iptables iproute2 busybox-static e2fsprogs
   curl ca-certificates openssl procps psmisc util-linux make git
+  # scripts/test.sh: its second e2e lane's data dir (a copy of moat.db)
+  sqlite3
   # go generate ./api/...: protoc and the well-known .proto files
   protobuf-compiler libprotobuf-dev
   # gVisor runtime: Debian's runsc (see the current one built below)

@@ -66,7 +66,7 @@ phase_times() {
 # our data dir.
 cleanup() {
   local rc=$?
-  for pid in $(pgrep -f "^$repo/bin/moat serve .*--data-dir $MOAT_DATA_DIR" 2>/dev/null || true); do
+  for pid in $(pgrep -f "^$repo/bin/moat serve .*--data-dir $MOAT_DATA_DIR(-s1)? " 2>/dev/null || true); do
     kill -TERM "$pid" 2>/dev/null || true
     sleep 2
     kill -KILL "$pid" 2>/dev/null || true
@@ -90,7 +90,7 @@ MOAT_SETUP_TEMPLATES="base code-interpreter-v1" scripts/setup.sh || die "scripts
 # named, instead of failing (or, before, skipping) tests one by one.
 log "preflight: the real components the tests need"
 missing=()
-for tool in crun runc runsc qemu-system-x86_64 qemu-img mkfs.ext4 nft ip busybox mmdebstrap node npm python3 protoc; do
+for tool in crun runc runsc qemu-system-x86_64 qemu-img mkfs.ext4 nft ip busybox mmdebstrap node npm python3 protoc sqlite3 flock; do
   command -v "$tool" >/dev/null || missing+=("$tool (not on PATH)")
 done
 if command -v qemu-system-x86_64 >/dev/null && ! qemu-system-x86_64 -version >/dev/null 2>&1; then
@@ -136,8 +136,11 @@ if [ "${MOAT_TEST_SKIP_GO:-0}" != 1 ]; then
   fi
   # The client side builds for macOS: the CLI's client commands and the Go
   # SDK (server-only code is behind //go:build linux).
-  log "client build for macOS: GOOS=darwin go build ./cmd/moat ./sdk/... (arm64, amd64) and go vet"
-  for arch in arm64 amd64; do
+  log "client build for macOS: GOOS=darwin go build ./cmd/moat ./sdk/... (arm64; --full: amd64 too) and go vet"
+  # amd64 in the full tier only: the same code, another code generator.
+  darwin_arches=arm64
+  [ "$tier" = full ] && darwin_arches="arm64 amd64"
+  for arch in $darwin_arches; do
     GOOS=darwin GOARCH=$arch go build -o "$work/moat-darwin-$arch" ./cmd/moat &&
       GOOS=darwin GOARCH=$arch go build ./sdk/... || failed+=("darwin/$arch build")
   done
@@ -199,7 +202,11 @@ e2e() {
   log "e2e $phase (runtime $rt, e2b $(node -p "require('./test/e2e/package.json').dependencies.e2b")): $*"
   mkdir -p "$work/$phase"
   for s in "$@"; do
-    (cd test/e2e && MOAT_E2E_RUNTIME=$rt MOAT_E2E_BENCH=$bench node --test --test-concurrency=1 --test-timeout=600000 --test-force-exit \
+    # The suites that build a simulated internet (fixed names, host routes)
+    # take turns across the lanes.
+    local lock=()
+    [[ " $net_suites " == *" $s "* ]] && lock=(flock "$work/e2e-net.lock")
+    (cd test/e2e && MOAT_E2E_RUNTIME=$rt MOAT_E2E_BENCH=$bench "${lock[@]}" node --test --test-concurrency=1 --test-timeout=600000 --test-force-exit \
       --test-reporter=spec --test-reporter-destination=stderr \
       --test-reporter=tap --test-reporter-destination=stdout "./$s.test.mjs" 2>&1 >"$work/$phase/$s.tap") || rc=1
   done
@@ -238,23 +245,69 @@ if [ "$tier" = full ]; then
   custom_suites="commands files isolation netpolicy"
 fi
 rts=" ${MOAT_E2E_RUNTIMES:-container vm gvisor} "
+net_suites="hostnet netpolicy domains inject isolation"
 for rt in $rts; do
+  case $rt in container | vm | gvisor) ;; *) die "unknown runtime $rt in MOAT_E2E_RUNTIMES" ;; esac
+done
+
+# e2e_runtime RT: the runtime's suites, and on container the reruns in the
+# custom template that the templates suite leaves (`e2e-custom`, built from
+# an OCI image in its own registry, with aptInstall, copy, envs, workdir,
+# user, runCmd).
+e2e_runtime() {
+  local rt=$1 suites
   case $rt in
   container) suites=$all ;;
   vm) suites=$vm_suites ;;
   gvisor) suites=$gvisor_suites ;;
-  *) die "unknown runtime $rt in MOAT_E2E_RUNTIMES" ;;
   esac
   # shellcheck disable=SC2046
   set -- $(pick $suites)
   [ $# -gt 0 ] && e2e "$rt" "$rt" "$@"
-  # templates leaves `e2e-custom` (built from an OCI image in its own
-  # registry, with aptInstall, copy, envs, workdir, user, runCmd).
   if [[ " $* " == *" templates "* ]] && [ "$rt" != gvisor ]; then
     # shellcheck disable=SC2086
     MOAT_E2E_TEMPLATE=e2e-custom MOAT_E2E_WORKDIR=/opt/app e2e "$rt-custom-template" "$rt" $custom_suites
   fi
-done
+}
+
+# Two lanes at once (docs/development.md): the microVM suites, which keep
+# a core busy with TCG, in the host scope on $MOAT_DATA_DIR; the container
+# and gVisor suites, which mostly wait, in a second server scope
+# (`moat serve --scope 1`: host objects named apart) on a data dir whose
+# templates and build cache are hard links of the first's. MOAT_E2E_LANES=1
+# runs everything in one lane, one runtime after another.
+lane2="$MOAT_DATA_DIR-s1"
+if [ "${MOAT_E2E_LANES:-2}" = 2 ] && [[ "$rts" == *" vm "* ]] && [[ "$rts" == *" container "* || "$rts" == *" gvisor "* ]]; then
+  log "e2e in two lanes: vm (host scope, $MOAT_DATA_DIR) beside container and gvisor (scope 1, $lane2)"
+  rm -rf "$lane2" && mkdir -p "$lane2" || die "cannot make $lane2"
+  cp -al "$MOAT_DATA_DIR/templates" "$lane2/templates" || die "hard links of the templates in $lane2"
+  [ ! -d "$MOAT_DATA_DIR/cache" ] || cp -al "$MOAT_DATA_DIR/cache" "$lane2/cache" || die "hard links of the build cache in $lane2"
+  cp -p "$MOAT_DATA_DIR/moat.db" "$lane2/moat.db" || die "copy of moat.db"
+  [ ! -f "$MOAT_DATA_DIR/secrets.key" ] || cp -p "$MOAT_DATA_DIR/secrets.key" "$lane2/" || die "copy of secrets.key"
+  # The templates' rows name their rootfs by absolute path.
+  sqlite3 "$lane2/moat.db" "UPDATE templates SET rootfs_dir = '$lane2' || substr(rootfs_dir, length('$MOAT_DATA_DIR') + 1) WHERE rootfs_dir LIKE '$MOAT_DATA_DIR/%'" ||
+    die "rewrite the template paths in $lane2/moat.db"
+  (
+    export MOAT_DATA_DIR="$lane2" MOAT_E2E_DATA_DIR="$lane2" MOAT_E2E_SCOPE=1
+    export MOAT_E2E_LOG_DIR="$MOAT_E2E_LOG_DIR/s1"
+    mkdir -p "$MOAT_E2E_LOG_DIR"
+    phase_names=() phase_starts=() failed=()
+    for rt in container gvisor; do
+      [[ "$rts" == *" $rt "* ]] && e2e_runtime "$rt"
+    done
+    phase_times
+    printf '%s\n' "${failed[@]}" >"$work/lane2.failed"
+  ) >"$work/lane2.log" 2>&1 &
+  lane2_pid=$!
+  e2e_runtime vm
+  wait "$lane2_pid" || true
+  log "lane 2 (container, gvisor; scope 1) output:"
+  cat "$work/lane2.log" >&2
+  [ -f "$work/lane2.failed" ] || failed+=("e2e lane 2 (it did not finish)")
+  while read -r f; do [ -z "$f" ] || failed+=("$f"); done <"$work/lane2.failed" 2>/dev/null || true
+else
+  for rt in $rts; do e2e_runtime "$rt"; done
+fi
 # All three runtimes in one server, and one volume shared by a container
 # and a microVM (with the volume throughput table in the full tier).
 if [[ "$rts" == *" container "* && "$rts" == *" vm "* && "$rts" == *" gvisor "* ]]; then
@@ -269,21 +322,24 @@ fi
 log "final host leak check"
 leaks="$(
   {
-    for rt in runc crun; do
-      [ -d "/run/moat/$rt" ] && "$rt" --root "/run/moat/$rt" list 2>/dev/null | grep -F "$MOAT_DATA_DIR/sandboxes/"
+    for d in "$MOAT_DATA_DIR" "$lane2"; do
+      for rt in runc crun runsc; do
+        for root in "/run/moat/$rt" /run/moat/s1/container /run/moat/s1/gvisor; do
+          [ -d "$root" ] && "$rt" --root "$root" list 2>/dev/null | grep -E "$d/(gvisor/)?sandboxes/"
+        done
+      done
+      grep -E "$d/(vm/|gvisor/)?sandboxes/" /proc/self/mountinfo
+      grep -sH "$d/sandboxes/" /sys/block/loop*/loop/backing_file
+      for sub in sandboxes vm/sandboxes gvisor/sandboxes; do
+        [ -d "$d/$sub" ] && find "$d/$sub" -mindepth 1 -maxdepth 1
+      done
     done
-    ip netns list 2>/dev/null | grep -E '^moat-[a-z0-9]+( |$)'
-    ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^mh'
-    grep -E "$MOAT_DATA_DIR/(vm/|gvisor/)?sandboxes/" /proc/self/mountinfo
-    grep -sH "$MOAT_DATA_DIR/sandboxes/" /sys/block/loop*/loop/backing_file
-    [ -d "$MOAT_DATA_DIR/sandboxes" ] && find "$MOAT_DATA_DIR/sandboxes" -mindepth 1 -maxdepth 1
-    [ -d "$MOAT_DATA_DIR/vm/sandboxes" ] && find "$MOAT_DATA_DIR/vm/sandboxes" -mindepth 1 -maxdepth 1
-    [ -d "$MOAT_DATA_DIR/gvisor/sandboxes" ] && find "$MOAT_DATA_DIR/gvisor/sandboxes" -mindepth 1 -maxdepth 1
-    [ -d /run/moat/runsc ] && runsc --root /run/moat/runsc list 2>/dev/null | grep -F "$MOAT_DATA_DIR/gvisor/sandboxes/"
+    ip netns list 2>/dev/null | grep -E '^moats?1?-[a-z0-9]+( |$)'
+    ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^(mh|s1)'
     pgrep -af 'qemu-system.* -name moat-'
     pgrep -af '(crun|runc|runsc) .*(moat-seccomp-|/run/moat/)'
     pgrep -af '^moat-nfsd '
-    find /sys/fs/cgroup -mindepth 2 -maxdepth 3 -type d -path '*/moat/*' 2>/dev/null
+    find /sys/fs/cgroup -mindepth 2 -maxdepth 3 -type d \( -path '*/moat/*' -o -path '*/moat-s1/*' \) 2>/dev/null
   } || true
 )"
 if [ -n "$leaks" ]; then

@@ -17,7 +17,7 @@ import (
 type backendFlags struct {
 	oci, runsc, gvisorPlatform, gvisorNetwork, gvisorFlags string
 	vmAccel, vmInit, vmNFSD                                string
-	vmPrelaunch, vmKeepPaused, containerPrelaunch          int
+	vmPrelaunch, vmKeepPaused, containerPrelaunch, scope   int
 }
 
 func (b *backendFlags) register(cmd *cobra.Command) {
@@ -40,6 +40,8 @@ func (b *backendFlags) register(cmd *cobra.Command) {
 		"container runtime: containers created ahead (not started) per template and size that was created before; 0 turns them off (default 1)")
 	f.IntVar(&b.vmKeepPaused, "vm-keep-paused", 4,
 		"vm runtime: paused sandboxes (without volumes) whose QEMU stays, stopped, for 5 minutes, so that their resume only continues it; 0 turns it off (default 4)")
+	f.IntVar(&b.scope, "scope", 0,
+		"tests: a server beside the host's own, 1-9, whose host objects (cgroups, OCI state, network names and addresses, ID ranges, host lock) are named apart; 0 is the host scope")
 	f.StringVar(&b.vmNFSD, "nfsd", envOr("", "MOAT_NFSD"),
 		"vm runtime: the moat-nfsd binary that serves volumes to microVMs (env MOAT_NFSD; default: next to the moat binary, else on PATH)")
 }
@@ -48,7 +50,7 @@ func (b *backendFlags) backends() runtime.Backends {
 	return runtime.Backends{OCIRuntime: b.oci, Runsc: b.runsc, GVisorPlatform: b.gvisorPlatform,
 		GVisorNetwork: b.gvisorNetwork, GVisorFlags: strings.Fields(b.gvisorFlags), VMAccel: b.vmAccel, VMInit: b.vmInit,
 		VMNFSD: b.vmNFSD, VMPrelaunch: orNone(b.vmPrelaunch), VMKeepPaused: orNone(b.vmKeepPaused),
-		ContainerPrelaunch: orNone(b.containerPrelaunch)}
+		ContainerPrelaunch: orNone(b.containerPrelaunch), Scope: b.scope}
 }
 
 // addEnvdFlag registers --envd (env MOAT_ENVD): the envd binary installed

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/moatsh/moat/internal/admission"
@@ -94,8 +95,15 @@ func (c *Config) Validate() error {
 	if c.Stderr == nil {
 		c.Stderr = os.Stderr
 	}
+	if c.Backends.Scope < 0 || c.Backends.Scope > runtime.MaxScope {
+		return fmt.Errorf("app: scope %d: want 0 (the host's) to %d", c.Backends.Scope, runtime.MaxScope)
+	}
 	if c.HostLock == "" {
 		c.HostLock = DefaultHostLock
+		if c.Backends.Scope != 0 {
+			// One server per scope: the scope's names are its own.
+			c.HostLock = strings.TrimSuffix(DefaultHostLock, ".lock") + fmt.Sprintf("-s%d.lock", c.Backends.Scope)
+		}
 	}
 	if c.EnvdPort == 0 {
 		c.EnvdPort = orchestrator.DefaultEnvdPort

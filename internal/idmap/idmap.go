@@ -50,6 +50,7 @@ type Allocator struct {
 	mu     sync.Mutex
 	parent string
 	also   []string // more parents whose directories' ranges count as taken
+	first  uint32   // the first slot handed out (FromSlot)
 }
 
 // NewAllocator allocates for the sandbox directories under parent. Ranges
@@ -61,6 +62,14 @@ type Allocator struct {
 // give both runtimes of a data dir each other's parent as also.
 func NewAllocator(parent string, also ...string) *Allocator {
 	return &Allocator{parent: parent, also: also}
+}
+
+// FromSlot makes a hand out ranges from slot first on (0: FirstHost), so
+// that allocators of different data dirs (test scopes) stay apart. It
+// returns a.
+func (a *Allocator) FromSlot(first uint32) *Allocator {
+	a.first = min(first, maxSlots-1)
+	return a
 }
 
 // Allocate picks the lowest free range and records it in dir (a direct child
@@ -91,7 +100,7 @@ func (a *Allocator) Allocate(dir string) (Range, error) {
 			}
 		}
 	}
-	for slot := range uint32(maxSlots) {
+	for slot := a.first; slot < maxSlots; slot++ {
 		r := Range{Host: FirstHost + slot*Size}
 		if used[r.Host] {
 			continue

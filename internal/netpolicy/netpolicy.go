@@ -92,6 +92,17 @@ func WithScope(table, ifPrefix string, subnet netip.Prefix) Option {
 	}
 }
 
+// WithTestScope is WithScope for runtime.Backends.Scope n (1–9): table
+// "moats<n>", interfaces "s<n>…", subnet 10.(210+n).0.0/16 — names no
+// other scope (the host's "moat", mh…, 10.200.0.0/16, or the Go tests')
+// uses. n 0 is the host scope: no change.
+func WithTestScope(n int) Option {
+	if n <= 0 || n > 9 {
+		return func(*options) {}
+	}
+	return WithScope(fmt.Sprintf("moats%d", n), fmt.Sprintf("s%d", n), netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(210 + n), 0, 0}), 16))
+}
+
 // WithDenyPrefixes closes more destinations to every sandbox, on top of the
 // host's own networks and gateways (see package hostnet) and the fixed private
 // ranges; IPv4 and IPv6 prefixes are both accepted.

@@ -225,7 +225,40 @@ type Backends struct {
 	// template build and size (0 = the backend's default, negative = none).
 	ContainerPrelaunch int
 	VMKeepPaused       int // vm: paused sandboxes that keep their stopped QEMU (0 = the backend's default, negative = none)
+	// Scope 1–MaxScope names every host object of the server apart from
+	// the host scope's (0) and the other scopes' (see ScopeCgroup): a
+	// test server beside another on one host (scripts/test.sh runs two
+	// e2e lanes at once). Production servers use the host scope.
+	Scope int
 }
+
+// MaxScope is the highest Backends.Scope.
+const MaxScope = 9
+
+// ScopeCgroup is the cgroup the scope's sandboxes live under: "/moat",
+// or "/moat-s<N>" in scope N. The scope's other names: OCI state under
+// ScopeStateDir, the netpolicy.WithTestScope network names and
+// addresses, idmap ranges from ScopeFirstSlot, the host lock
+// /run/moat/serve-s<N>.lock (app).
+func (b Backends) ScopeCgroup() string {
+	if b.Scope == 0 {
+		return "/moat"
+	}
+	return fmt.Sprintf("/moat-s%d", b.Scope)
+}
+
+// ScopeStateDir is the directory under which the scope keeps per-host
+// state (OCI runtimes' roots): "/run/moat", or "/run/moat/s<N>".
+func (b Backends) ScopeStateDir() string {
+	if b.Scope == 0 {
+		return "/run/moat"
+	}
+	return fmt.Sprintf("/run/moat/s%d", b.Scope)
+}
+
+// ScopeFirstSlot is the first idmap slot of the scope's ID ranges, so
+// that sandboxes of two scopes never share host IDs.
+func (b Backends) ScopeFirstSlot() uint32 { return uint32(b.Scope) * 4096 }
 
 // Count is the number a backend uses for one of Backends' counts n (0 =
 // the backend's default def, negative = none).

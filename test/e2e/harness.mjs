@@ -37,6 +37,15 @@ export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)
 export const moatBin = process.env.MOAT_BIN || path.join(repoRoot, 'bin', 'moat')
 export const dataDir = process.env.MOAT_E2E_DATA_DIR || '/var/lib/moat-ci'
 export const template = process.env.MOAT_E2E_TEMPLATE || 'base'
+// MOAT_E2E_SCOPE (1-9) starts every server with `--scope N`: its host
+// objects are named apart from the host scope's, so that scripts/test.sh
+// can run a second lane of suites beside the first. scope holds the names
+// the suites look for on the host (runtime.Backends.Scope,
+// netpolicy.WithTestScope).
+const scopeN = Number(process.env.MOAT_E2E_SCOPE || 0)
+export const scope = scopeN
+  ? { n: scopeN, table: `moats${scopeN}`, ifPrefix: `s${scopeN}`, stateDir: `/run/moat/s${scopeN}`, net16: `10.${210 + scopeN}` }
+  : { n: 0, table: 'moat', ifPrefix: 'mh', stateDir: '/run/moat', net16: '10.200' }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
@@ -104,6 +113,7 @@ export class MoatServer {
     this.url = `http://127.0.0.1:${this.port}`
     const args = ['serve', '--addr', `127.0.0.1:${this.port}`, '--data-dir', this.dataDir]
     if (process.env.MOAT_E2E_RUNTIME) args.push('--runtime', process.env.MOAT_E2E_RUNTIME)
+    if (scope.n) args.push('--scope', String(scope.n))
     args.push(...this.extraArgs)
     const proc = spawn(moatBin, args, { stdio: ['ignore', 'pipe', 'pipe'] })
     this.proc = proc
@@ -307,12 +317,14 @@ async function sh(cmd, args) {
 function runcRoots() {
   const roots = new Set(['/run/moat/runc', '/run/moat/crun', '/run/moat/container', '/run/runc', '/run/crun'])
   if (process.env.MOAT_RUNC_ROOT) roots.add(process.env.MOAT_RUNC_ROOT)
-  try {
-    for (const d of readdirSync('/run/moat')) {
-      const p = path.join('/run/moat', d)
-      if (statSync(p).isDirectory()) roots.add(p)
-    }
-  } catch {}
+  for (const dir of new Set(['/run/moat', scope.stateDir])) {
+    try {
+      for (const d of readdirSync(dir)) {
+        const p = path.join(dir, d)
+        if (statSync(p).isDirectory() && !/^s\d$/.test(d)) roots.add(p)
+      }
+    } catch {}
+  }
   return [...roots].filter((r) => existsSync(r))
 }
 
@@ -345,7 +357,7 @@ export async function leftovers(ids, { dir = dataDir } = {}) {
   if (ids.length === 0) return []
   const out = []
   for (const root of runcRoots()) {
-    for (const bin of root.endsWith('/runsc') ? ['runsc'] : ['runc', 'crun']) {
+    for (const bin of /\/(runsc|gvisor)$/.test(root) ? ['runsc'] : ['runc', 'crun']) {
       const list = await sh(bin, ['--root', root, 'list'])
       for (const id of ids) {
         for (const line of list.split('\n')) {

@@ -18,7 +18,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 
-import { useServer, createSandbox, killQuietly, run, sleep, simulatedUplink } from './harness.mjs'
+import { useServer, createSandbox, killQuietly, run, sleep, simulatedUplink, scope } from './harness.mjs'
 
 useServer()
 
@@ -106,13 +106,13 @@ test('internet access reaches the internet, not the host\'s own networks', { tim
   }
   // Every IPv6 object of the sandbox goes with it: the host side's address
   // (the sandbox's gateway) and its nftables elements.
-  const hostIf = `mh${sbx.sandboxId.slice(0, 12)}`
+  const hostIf = `${scope.ifPrefix}${sbx.sandboxId.slice(0, 12)}`
   const gw6 = JSON.parse(ip('-6', '-j', 'addr', 'show', 'dev', hostIf) || '[]').flatMap((l) => l.addr_info.map((a) => a.local))
   assert.ok(gw6.length === 1 && gw6[0].startsWith('fd6d:6f61:7400:'), `${hostIf} IPv6 addresses: ${gw6}`)
   await killQuietly(sbx.sandboxId)
   let left = ''
   for (let i = 0; i < 20; i++) {
-    const table = execFileSync('nft', ['list', 'table', 'inet', 'moat']).toString()
+    const table = execFileSync('nft', ['list', 'table', 'inet', scope.table]).toString()
     const addrs = ip('-6', '-o', 'addr', 'show')
     left = [table.includes(hostIf) && `nftables elements of ${hostIf}`, addrs.includes(gw6[0]) && `address ${gw6[0]}`].filter(Boolean).join(', ')
     if (!left) break
@@ -149,7 +149,7 @@ def v4(src, dst, payload):
     return hdr[:10] + struct.pack('!H', csum(hdr)) + hdr[12:] + udp
 try:
     r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
-    for src in ('203.0.113.99', '198.51.100.1', '10.200.0.6'):
+    for src in ('203.0.113.99', '198.51.100.1', '${scope.net16}.0.6'):
         for _ in range(3):
             r.sendto(v4(src, '${INTERNET}', (tag + '-forged-' + src).encode()), ('${INTERNET}', 0))
     print('raw4 sent')

@@ -40,7 +40,7 @@ import path from 'node:path'
 
 import { Sandbox, Secret } from 'e2b'
 
-import { useServer, createSandbox, run, sleep, within, template, simulatedUplink, zoneDnsPy } from './harness.mjs'
+import { useServer, createSandbox, run, sleep, within, template, simulatedUplink, zoneDnsPy, scope } from './harness.mjs'
 
 const NS = 'mtij-uplink'
 const HOST_IF = 'mtij0'
@@ -394,11 +394,12 @@ test('Python requests (Debian\'s python3-requests in code-interpreter-v1) gets t
   assert.deepEqual(requests(p).map((r) => header(r, 'Authorization')), [[`Bearer ${value}`]])
 })
 
-// hostLink is the host side of the sandbox's veth (mh + the ID's start).
+// hostLink is the host side of the sandbox's veth (mh, or the scope's
+// prefix, + the ID's start).
 function hostLink(id) {
   const links = execFileSync('ip', ['-o', 'link', 'show']).toString().split('\n')
     .map((l) => (l.split(':')[1] || '').trim().split('@')[0])
-  return links.find((n) => n.startsWith('mh') && id.startsWith(n.slice(2)))
+  return links.find((n) => n.startsWith(scope.ifPrefix) && id.startsWith(n.slice(scope.ifPrefix.length)))
 }
 
 // sandboxEnvironsOnHost returns the environment of every host process in

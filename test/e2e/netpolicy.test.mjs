@@ -33,7 +33,7 @@ import path from 'node:path'
 
 import { Sandbox } from 'e2b'
 
-import { useServer, createSandbox, run, sleep, template, simulatedUplink, repoRoot, within } from './harness.mjs'
+import { useServer, createSandbox, run, sleep, template, simulatedUplink, repoRoot, within, scope } from './harness.mjs'
 
 useServer()
 
@@ -294,10 +294,11 @@ async function withRootProbe(sbx) {
 // arrivals runs fn (probes from sbx) and returns what reached the
 // simulated internet and the host's interfaces meanwhile: new uplink frames
 // (all of them, and those carrying tag), host frames carrying tag outside
-// sbx's own veth (netpolicy names it mh + the ID's first 12 characters),
+// sbx's own veth (netpolicy names it mh, or the scope's prefix, + the ID's
+// first 12 characters),
 // UDP and DNS log lines naming tag.
 async function arrivals(sbx, tag, fn) {
-  const ownVeth = `mh${sbx.sandboxId.slice(0, 12)}`
+  const ownVeth = `${scope.ifPrefix}${sbx.sandboxId.slice(0, 12)}`
   const from = { frames: captured('frames.log').length }
   const result = await fn()
   await sleep(1500) // let stragglers land in the logs
@@ -326,7 +327,7 @@ test('root in a deny-all sandbox cannot lift the policy: nftables flushed, own r
   const netprobe = await withRootProbe(sbx)
   // The VM guest's kernel lets root do all of it, a container refuses the
   // netlink writes (no CAP_NET_ADMIN); neither may matter.
-  const took = await netprobe('takeover', '10.200.255.254')
+  const took = await netprobe('takeover', `${scope.net16}.255.254`)
   t.diagnostic(`takeover: ${JSON.stringify(took)}`)
   const tag = newTag()
   const got = await arrivals(sbx, tag, () => netprobe('send', hex(tag), PORT, UDP_PORT, NET1, NET2))

@@ -32,14 +32,14 @@ var containerFlavor = flavor{name: Name, subdir: "sandboxes"}
 var SandboxSubdirs = []string{"sandboxes", filepath.Join("gvisor", "sandboxes"), filepath.Join("vm", "sandboxes")}
 
 // allocator allocates from f's directory, counting the others' ranges as taken.
-func (f flavor) allocator(dataDir string) *idmap.Allocator {
+func (f flavor) allocator(dataDir string, firstSlot uint32) *idmap.Allocator {
 	var also []string
 	for _, d := range SandboxSubdirs {
 		if d != f.subdir {
 			also = append(also, filepath.Join(dataDir, d))
 		}
 	}
-	return idmap.NewAllocator(filepath.Join(dataDir, f.subdir), also...)
+	return idmap.NewAllocator(filepath.Join(dataDir, f.subdir), also...).FromSlot(firstSlot)
 }
 
 // pick chooses the OCI binary.
@@ -72,7 +72,7 @@ func SharedNetwork(cfg runtime.Config, log *slog.Logger) (*netpolicy.Manager, er
 	if cfg.Shared != nil && cfg.Logger != nil {
 		log = cfg.Logger // shared: not one backend's
 	}
-	v, err := cfg.Shared.Get("netpolicy", func() (any, error) { return netpolicy.New(log) })
+	v, err := cfg.Shared.Get("netpolicy", func() (any, error) { return netpolicy.New(log, netpolicy.WithTestScope(cfg.Backends.Scope)) })
 	if err != nil {
 		return nil, err
 	}

@@ -97,13 +97,16 @@ type sandbox struct {
 
 // New probes the host, picks the OCI runtime and installs the network policy.
 func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
-	o := options{ociName: cfg.Backends.OCIRuntime, cgroupParent: "/moat", readyTimeout: 10 * time.Second, flavor: containerFlavor,
+	o := options{ociName: cfg.Backends.OCIRuntime, cgroupParent: cfg.Backends.ScopeCgroup(), readyTimeout: 10 * time.Second, flavor: containerFlavor,
 		prelaunch: runtime.Count(cfg.Backends.ContainerPrelaunch, DefaultPrelaunch)}
 	for _, f := range opts {
 		f(&o)
 	}
 	if o.flavor.gvisor != nil {
 		o.prelaunch = 0
+	}
+	if cfg.Backends.Scope != 0 && o.stateRoot == "" {
+		o.stateRoot = filepath.Join(cfg.Backends.ScopeStateDir(), o.flavor.name)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -123,7 +126,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	// The vm runtime allocates from the same ID space under
 	// <DataDir>/vm/sandboxes: its ranges count as taken (and both lock
 	// both directories while allocating).
-	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o, ids: o.flavor.allocator(cfg.DataDir), disks: hostfs.NewDisks(cfg.DataDir)}
+	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o, ids: o.flavor.allocator(cfg.DataDir, cfg.Backends.ScopeFirstSlot()), disks: hostfs.NewDisks(cfg.DataDir)}
 	probeRoot := o.stateRoot
 	if probeRoot == "" {
 		probeRoot = "/run/moat"

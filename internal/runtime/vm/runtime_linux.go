@@ -150,7 +150,7 @@ type sandbox struct {
 // initramfs and template snapshots are prepared lazily by the first Create.
 func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
 	o := options{accel: cfg.Backends.VMAccel, init: cfg.Backends.VMInit, nfsd: cfg.Backends.VMNFSD, oci: cfg.Backends.OCIRuntime,
-		cgroupParent: "/moat", readyTimeout: 30 * time.Second,
+		cgroupParent: cfg.Backends.ScopeCgroup(), readyTimeout: 30 * time.Second,
 		bootTimeout: 120 * time.Second, diskFreeMiB: 128, spares: memfile.DefaultSpares,
 		prelaunch: runtime.Count(cfg.Backends.VMPrelaunch, DefaultPrelaunch),
 		keepMax:   runtime.Count(cfg.Backends.VMKeepPaused, DefaultKeepPaused), keepFor: defaultKeepFor}
@@ -196,7 +196,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	// <DataDir>/sandboxes: its ranges count as taken (and both lock both
 	// directories while allocating).
 	r.ids = idmap.NewAllocator(filepath.Join(r.dir, "sandboxes"), filepath.Join(cfg.DataDir, "sandboxes"),
-		filepath.Join(cfg.DataDir, "gvisor", "sandboxes"))
+		filepath.Join(cfg.DataDir, "gvisor", "sandboxes")).FromSlot(cfg.Backends.ScopeFirstSlot())
 	for _, d := range []string{"kernel", "templates", "sandboxes", "snapshots"} {
 		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("vm runtime: %w", err)
