@@ -89,3 +89,26 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A test scope's allocator starts at its own slot: two data dirs of two
+// scopes never hand out the same host IDs.
+func TestFromSlot(t *testing.T) {
+	for _, tc := range []struct {
+		first uint32
+		want  uint32
+	}{
+		{0, FirstHost},
+		{4096, FirstHost + 4096*Size},
+		{maxSlots + 7, FirstHost + (maxSlots-1)*Size}, // clamped to the last slot
+	} {
+		parent := t.TempDir()
+		dir := filepath.Join(parent, "x")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		r, err := NewAllocator(parent).FromSlot(tc.first).Allocate(dir)
+		if err != nil || r.Host != tc.want {
+			t.Errorf("FromSlot(%d).Allocate = %v, %v; want host %d", tc.first, r, err, tc.want)
+		}
+	}
+}
