@@ -19,6 +19,8 @@
 #                       cache is its templates/ (and vm/ for microVM images)
 #   MOAT_E2E_RUNTIMES   runtimes whose e2e suites run (default "container vm gvisor")
 #   MOAT_E2E_SUITES     only these suite names (e.g. "files pty"), on every runtime
+#   MOAT_E2E_LANES=1    run the e2e suites in one lane (default 2: microVMs beside
+#                       containers and gVisor, the latter in server scope 1)
 #   MOAT_TEST_SKIP_GO=1 skip the static checks and go test
 set -euo pipefail
 
