@@ -3,9 +3,11 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,12 +30,22 @@ func (p *Proxy) CloseSandbox(id string) {
 
 // follow records request r to sandbox id until unfollow is called (when
 // the handler returns), so that CloseSandbox can end it: r's context is
-// cancelled with errSandboxRemoved, and the client connection's read
-// deadline passes, because a request body being copied upstream holds the
-// transport until its next read returns.
+// cancelled with errSandboxRemoved, and, while the request body is still
+// being read, the client connection's read deadline passes, because a body
+// being copied upstream holds the transport until its next read returns.
+//
+// Once the body is read, the deadline must not move: the server then reads
+// ahead on the keep-alive connection (to see a client go away), a timeout
+// there cancels the connection's context, and with it every later request
+// on that connection — another sandbox's, answered with an empty 200 that
+// the SDKs report as "unsupported content type null".
 func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, id string) (_ *http.Request, unfollow func()) {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	rc := http.NewResponseController(w)
+	body := &bodyEnd{ReadCloser: r.Body}
+	if r.Body == nil || r.Body == http.NoBody {
+		body.ended.Store(true)
+	}
 	var mu sync.Mutex
 	done := false // the handler returned: w may serve the next request
 	remove := p.open.add(id, func() {
@@ -41,16 +53,37 @@ func (p *Proxy) follow(w http.ResponseWriter, r *http.Request, id string) (_ *ht
 		defer mu.Unlock()
 		if !done {
 			cancel(errSandboxRemoved)
-			_ = rc.SetReadDeadline(time.Now())
+			if !body.ended.Load() {
+				_ = rc.SetReadDeadline(time.Now())
+			}
 		}
 	})
-	return r.WithContext(ctx), func() {
+	r = r.WithContext(ctx)
+	if !body.ended.Load() {
+		r.Body = body
+	}
+	return r, func() {
 		mu.Lock()
 		done = true
 		mu.Unlock()
 		remove()
 		cancel(nil)
 	}
+}
+
+// bodyEnd is a request body that records when a read first fails (EOF
+// included): from then on the server may be reading ahead.
+type bodyEnd struct {
+	io.ReadCloser
+	ended atomic.Bool
+}
+
+func (b *bodyEnd) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.ended.Store(true)
+	}
+	return n, err
 }
 
 // openSet is what the proxy has open per sandbox ID, each as the func that

@@ -221,3 +221,57 @@ func TestCloseSandbox(t *testing.T) {
 		_ = ends(t, "idle pooled connection", func() error { <-closed; return nil })
 	})
 }
+
+// A sandbox removed after its request's response was written (the client
+// has it all and sends its next request on the same keep-alive
+// connection) must leave that connection usable: the next request, to
+// another sandbox, gets a live context. Before, the read deadline that
+// CloseSandbox set cancelled the connection's context, and the next
+// request was answered with an empty 200 (the gVisor fork-bomb flake: the
+// SDK's "unsupported content type null" for the neighbour).
+func TestCloseSandboxAfterResponseSparesTheConnection(t *testing.T) {
+	p := New(Config{})
+	var second error
+	secondDone := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/second" {
+			second = r.Context().Err()
+			close(secondDone)
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		orig := r.Context()
+		_, unfollow := p.follow(w, r, "victim")
+		defer unfollow()
+		w.Header().Set("Content-Length", "2")
+		_, _ = w.Write([]byte("ok"))
+		http.NewResponseController(w).Flush()
+		p.CloseSandbox("victim")
+		select { // the server's read-ahead, had the deadline moved, fails at once
+		case <-orig.Done():
+		case <-time.After(300 * time.Millisecond):
+		}
+	}))
+	defer srv.Close()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for _, path := range []string{"/first", "/second"} {
+		if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	<-secondDone
+	if second != nil {
+		t.Fatalf("the next request on the connection had a cancelled context: %v", second)
+	}
+}

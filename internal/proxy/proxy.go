@@ -282,7 +282,10 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	if r.Context().Err() != nil {
-		return // client went away
+		// The client went away (or its connection broke): nothing reads
+		// this, but an empty answer would be a 200.
+		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": t.id, "message": "The request was cancelled", "code": 502})
+		return
 	}
 	p.log.Warn("proxy error", "sandboxID", t.id, "port", t.port, "err", err)
 	if _, ok := p.cfg.Resolver.Lookup(t.id); !ok {
