@@ -231,7 +231,7 @@ func newBuilds(ctx context.Context, cfg Config, db *store.DB, brt runtime.Runtim
 		envd = ""
 	}
 	bc := build.Config{DB: db, DataDir: cfg.DataDir, EnvdPath: envd, Logger: cfg.Logger}
-	if runner, err := build.NewSandboxRunner(brt, cfg.DataDir, cfg.EnvdPort, cfg.Logger); err != nil {
+	if runner, err := build.NewSandboxRunner(brt, cfg.EnvdPort, cfg.Logger); err != nil {
 		bc.NoRunner = err
 	} else {
 		bc.Runner = runner

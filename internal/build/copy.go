@@ -66,75 +66,103 @@ func unstage(rootfs string) error {
 }
 
 // copyScript is the shell script (run as root in the build sandbox, in
-// the step's workdir) that unpacks the archive of c into a temporary
-// directory and copies c.Src to dest like Docker's COPY: one file to dest
-// (into it when dest ends in "/"), a directory's contents into dest,
-// several matches of a pattern into dest; the copies are owned by owner
-// and, with c.Mode, get that mode.
-func copyScript(c *CopyStep, dest, owner string, gzip bool) string {
+// the step's workdir) that unpacks archive (c's files, paths relative to
+// the build context) into a temporary directory and puts c.Src at dest the
+// way E2B's template builder does (its copy script, Docker's COPY):
+//
+//   - the source is c.Src's part before its first glob character, up to
+//     the last "/" ("src/*.py" → src; "*.txt" → the archive's root), as
+//     doublestar.SplitPattern splits it; the archive holds only the matches
+//   - a directory's contents merge into dest, with or without a trailing
+//     slash: existing directories (and directory symlinks such as /lib →
+//     usr/lib) are merged into and keep their owner and mode, files are
+//     replaced
+//   - a file or a symlink goes to dest, or into dest when dest ends in "/"
+//     or is an existing directory (mv's rule); a symlink is not followed
+//
+// What is copied is owned by owner and, with c.Mode, its files get that
+// mode (directories keep theirs, so they stay searchable).
+func copyScript(c *CopyStep, dest, owner, archive string, gzip bool) string {
 	x := "-xf"
 	if gzip {
 		x = "-xzf"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "set -eu\n")
-	fmt.Fprintf(&b, "dest=%s\nowner=%s\narchive=%s\n", shq(dest), shq(owner),
-		shq("/"+stageDir+"/"+c.Hash+".tar"))
-	fmt.Fprintf(&b, "case $dest in /*) ;; *) dest=$(pwd)/$dest ;; esac\n")
-	fmt.Fprintf(&b, "tmp=$(mktemp -d /tmp/.moat-copy.XXXXXX)\n")
-	fmt.Fprintf(&b, "trap 'rm -rf \"$tmp\"' EXIT\n")
+	b.WriteString("set -eu\n")
+	fmt.Fprintf(&b, "dest=%s\nowner=%s\narchive=%s\nsrc=%s\n", shq(dest), shq(owner), shq(archive), shq(copySource(c.Src)))
+	b.WriteString(`case $dest in /*) ;; *) dest=$(pwd)/$dest ;; esac
+tmp=$(mktemp -d /tmp/.moat-copy.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+`)
 	fmt.Fprintf(&b, "tar %s \"$archive\" -o -C \"$tmp\"\n", x)
-	fmt.Fprintf(&b, "cd \"$tmp\"\n")
-	fmt.Fprintf(&b, "set -- %s\n", globq(c.Src))
-	b.WriteString(`n=0
-for f in "$@"; do if [ -e "$f" ] || [ -L "$f" ]; then n=$((n+1)); fi; done
-if [ "$n" -eq 0 ]; then echo "COPY: no files match $*" >&2; exit 1; fi
-made=""
-if [ "$n" -gt 1 ] || [ "${dest%/}" != "$dest" ]; then
-	mkdir -p "$dest"
-	for f in "$@"; do
-		[ -e "$f" ] || [ -L "$f" ] || continue
-		cp -a "$f" "$dest/"
-		made="$made
-$dest/${f##*/}"
-	done
-elif [ -d "$1" ] && [ ! -L "$1" ]; then
-	mkdir -p "$dest"
-	cp -a "$1/." "$dest/"
-	made="$dest"
-else
-	mkdir -p "$(dirname "$dest")"
-	cp -a "$1" "$dest"
-	made="$dest"
-fi
-echo "$made" | while IFS= read -r p; do
-	[ -n "$p" ] || continue
-	chown -hR "$owner:$(id -gn "$owner")" "$p"
+	b.WriteString(`cd "$tmp"
+if [ ! -e "$src" ] && [ ! -L "$src" ]; then echo "COPY: source path does not exist: $src" >&2; exit 1; fi
+group=$(id -gn "$owner")
+if [ -L "$src" ]; then
+	chown -h "$owner:$group" "$src"
+elif [ -d "$src" ]; then
+	chown -R "$owner:$group" "$src"
 `)
 	if c.Mode != 0 {
-		fmt.Fprintf(&b, "\tif [ -d \"$p\" ] && [ ! -L \"$p\" ]; then find \"$p\" -type f -exec chmod %04o {} +; else chmod %04o \"$p\"; fi\n",
-			uint32(c.Mode), uint32(c.Mode))
+		fmt.Fprintf(&b, "\tfind \"$src\" -type f -exec chmod %04o {} +\n", uint32(c.Mode))
 	}
-	b.WriteString("done\n")
+	b.WriteString(`	mkdir -p "$dest"
+	# tar, as Docker's COPY: it replaces file symlinks at the destination
+	# rather than writing through them and follows directory symlinks;
+	# busybox's tar lacks the flags, cp -a merges as well there.
+	if tar --version 2>/dev/null | grep -q GNU; then
+		(cd "$src" && tar -cf - .) | tar -xpf - -C "$dest" --keep-directory-symlink --no-overwrite-dir
+	else
+		cp -a "$src/." "$dest/"
+	fi
+	exit 0
+else
+	chown "$owner:$group" "$src"
+`)
+	if c.Mode != 0 {
+		fmt.Fprintf(&b, "\tchmod %04o \"$src\"\n", uint32(c.Mode))
+	}
+	b.WriteString(`fi
+case $dest in
+*/) mkdir -p "$dest" ;;
+*) mkdir -p "$(dirname "$dest")" ;;
+esac
+if [ -d "$dest" ]; then dest="${dest%/}/${src##*/}"; fi
+if [ -d "$dest" ] && [ ! -L "$dest" ]; then echo "COPY: cannot overwrite the directory $dest with $src" >&2; exit 1; fi
+rm -f "$dest"
+cp -a "$src" "$dest"
+`)
 	return b.String()
+}
+
+// copySource is the part of a COPY source that the copy starts from: the
+// path before its first glob character up to the last "/", like
+// doublestar.SplitPattern of src with a "/" appended (what E2B's builder
+// does); "." when the glob starts in the first element.
+func copySource(src string) string {
+	p := strings.TrimSuffix(src, "/") + "/"
+	split := -1
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c == '\\' {
+			i++
+			continue
+		}
+		if c == '*' || c == '?' || c == '[' || c == '{' {
+			break
+		}
+		if c == '/' {
+			split = i
+		}
+	}
+	switch {
+	case split == 0:
+		return "."
+	case split > 0:
+		return path.Clean(p[:split])
+	}
+	return "."
 }
 
 // shq quotes s for sh.
 func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-// globq quotes s for sh except the glob characters * ? [ ], so the
-// pattern matches in the unpacked archive.
-func globq(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r == '*' || r == '?' || r == '[' || r == ']':
-			b.WriteRune(r)
-		case r == '/' || r == '.' || r == '-' || r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'):
-			b.WriteRune(r)
-		default:
-			b.WriteString(shq(string(r)))
-		}
-	}
-	return b.String()
-}

@@ -38,6 +38,11 @@ func (m *Manager) baseLayer(ctx context.Context, b store.Build, plan Plan, envdS
 	src := template.ImageSource{Ref: plan.FromImage, Credentials: plan.Registry}
 	img, err := template.PullImage(ctx, m.cfg.DataDir, src, m.log)
 	if err != nil {
+		if name := e2bBuiltin(plan.FromImage); name != "" && plan.Registry == nil {
+			m.logf(b.ID, "info", "base", "fromImage %s: no registry serves it (%v); the built-in template %s stands in for it", plan.FromImage, err, name)
+			plan.FromImage, plan.FromTemplate = "", name
+			return m.templateBase(ctx, b, plan, envdSum, work)
+		}
 		return base{}, fmt.Errorf("fromImage %s: %w", plan.FromImage, err)
 	}
 	out := base{cfg: imageConfig(img.Config),
@@ -200,7 +205,7 @@ func (m *Manager) runStep(ctx context.Context, b store.Build, prev layer, key st
 		if err != nil {
 			return layer{}, fmt.Errorf("step %d (COPY): %w", r.Index, err)
 		}
-		e = Exec{Index: r.Index, Kind: "COPY", Label: e.Label, Cmd: copyScript(c, c.Dest, e.User, gz),
+		e = Exec{Index: r.Index, Kind: "COPY", Label: e.Label, Cmd: copyScript(c, c.Dest, e.User, "/"+stageDir+"/"+c.Hash+".tar", gz),
 			User: "root", Workdir: e.Workdir, Env: e.Env}
 	}
 	err := m.cfg.Runner.Run(ctx, tree, []Exec{e}, func(e Exec, stream, line string) {

@@ -32,11 +32,10 @@ import (
 // internet access, never to the host or other sandboxes). The commands go
 // through envd's process API, as the SDKs' commands.run do. Afterwards
 // the sandbox is frozen and its writable layer (the overlay upper dir the
-// container runtime keeps at <DataDir>/sandboxes/<id>/disk/upper, owned
+// runtime keeps in its SandboxDir(id)/disk/upper, owned
 // by the sandbox's host ID range) is written into the rootfs being built.
 type SandboxRunner struct {
-	rt       runtime.Runtime
-	dataDir  string
+	rt       hostLayerRuntime
 	envdPort int
 	log      *slog.Logger
 	http     *http.Client
@@ -46,16 +45,26 @@ type SandboxRunner struct {
 	DiskMiB   int
 }
 
-// NewSandboxRunner returns a Runner over rt, which must be the container
-// runtime (errdefs.ErrNotImplemented otherwise: the vm runtime's disk is
-// not an overlay the host can read).
-func NewSandboxRunner(rt runtime.Runtime, dataDir string, envdPort int, log *slog.Logger) (*SandboxRunner, error) {
-	if rt == nil || rt.Name() != "container" {
+// hostLayerRuntime is a runtime whose sandboxes keep their writable
+// layer where the host reads it (the container and gvisor backends).
+type hostLayerRuntime interface {
+	runtime.Runtime
+	SandboxDir(id string) string
+}
+
+// NewSandboxRunner returns a Runner over rt, which must keep its
+// sandboxes' writable layer where the host can read it (the container and
+// gvisor runtimes; errdefs.ErrNotImplemented otherwise: a microVM's disk
+// is not an overlay the host can read, that runtime hands out a container
+// runtime for builds instead, see runtime.BuildRuntimer).
+func NewSandboxRunner(rt runtime.Runtime, envdPort int, log *slog.Logger) (*SandboxRunner, error) {
+	hl, ok := rt.(hostLayerRuntime)
+	if !ok {
 		name := "none"
 		if rt != nil {
 			name = rt.Name()
 		}
-		return nil, fmt.Errorf("RUN and COPY steps need the container runtime (this server runs %s): %w", name, errdefs.ErrNotImplemented)
+		return nil, fmt.Errorf("RUN and COPY steps need a runtime whose writable layer the host can read (container or gvisor; this server has %s): %w", name, errdefs.ErrNotImplemented)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -63,7 +72,7 @@ func NewSandboxRunner(rt runtime.Runtime, dataDir string, envdPort int, log *slo
 	if envdPort == 0 {
 		envdPort = 49983
 	}
-	return &SandboxRunner{rt: rt, dataDir: dataDir, envdPort: envdPort, log: log,
+	return &SandboxRunner{rt: hl, envdPort: envdPort, log: log,
 		http:  &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
 		VCPUs: 2, MemoryMiB: 2048, DiskMiB: 10240}, nil
 }
@@ -109,7 +118,7 @@ func (s *SandboxRunner) Run(ctx context.Context, rootfs string, execs []Exec, ou
 	if err := s.rt.Pause(ctx, id); err != nil {
 		return fmt.Errorf("freeze build sandbox: %w", err)
 	}
-	dir := filepath.Join(s.dataDir, "sandboxes", id)
+	dir := s.rt.SandboxDir(id)
 	ids, err := idmap.Read(dir)
 	if err != nil {
 		return fmt.Errorf("build sandbox id range: %w", err)
@@ -147,7 +156,7 @@ func (s *SandboxRunner) waitEnvd(ctx context.Context, id, base string) error {
 		}
 		select {
 		case <-ctx.Done():
-			logTail, _ := hostfs.Tail(filepath.Join(s.dataDir, "sandboxes", id, "log", hostfs.LogName), 2048)
+			logTail, _ := hostfs.Tail(filepath.Join(s.rt.SandboxDir(id), "log", hostfs.LogName), 2048)
 			return fmt.Errorf("envd in the build sandbox did not answer (last: %s; envd.log: %q): %w", last, logTail, errdefs.ErrUnavailable)
 		case <-time.After(50 * time.Millisecond):
 		}

@@ -54,7 +54,9 @@ func realEnv(t *testing.T) *env {
 	if out, err := exec.Command("cp", bb, filepath.Join(rootfs, "bin/busybox")).CombinedOutput(); err != nil {
 		t.Fatalf("copy busybox: %v: %s", err, out)
 	}
-	for _, a := range []string{"sh", "cat", "echo", "mkdir", "rm", "chown", "chmod", "id"} {
+	for _, a := range []string{"sh", "cat", "echo", "mkdir", "rm", "chown", "chmod", "id",
+		"tar", "gzip", "mktemp", "grep", "find", "dirname", "cp"} { // COPY's script
+
 		if err := os.Symlink("busybox", filepath.Join(rootfs, "bin", a)); err != nil {
 			t.Fatal(err)
 		}
@@ -72,16 +74,18 @@ func realEnv(t *testing.T) *env {
 	return e
 }
 
-func newTestRunner(t *testing.T, dataDir string) *SandboxRunner {
+// newTestRunner is a SandboxRunner over a container runtime of its own
+// (runc; with opts such as container.WithGVisor, another backend).
+func newTestRunner(t *testing.T, dataDir string, opts ...container.Option) *SandboxRunner {
 	t.Helper()
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	np, err := netpolicy.New(log, netpolicy.WithScope("moatbc", "bc", netip.MustParsePrefix("10.236.0.0/16")))
 	testkit.RequireNoErr(t, err, "network policy") // our own component failing to start
 	stateRoot := filepath.Join("/run", "moatbc-"+randomLower(8))
-	rt, err := container.New(ctx, runtime.Config{DataDir: dataDir, Logger: log},
-		container.WithOCIRuntime("runc"), container.WithStateRoot(stateRoot), container.WithCgroupParent("/moatbc"),
-		container.WithNetwork(np))
+	opts = append([]container.Option{container.WithOCIRuntime("runc"), container.WithStateRoot(stateRoot),
+		container.WithCgroupParent("/moatbc"), container.WithNetwork(np)}, opts...)
+	rt, err := container.New(ctx, runtime.Config{DataDir: dataDir, Logger: log}, opts...)
 	if err != nil {
 		np.Close()
 		testkit.Missing(t, "container runtime: %v", err) // our own component failing to start
@@ -91,7 +95,7 @@ func newTestRunner(t *testing.T, dataDir string) *SandboxRunner {
 		_ = os.RemoveAll(stateRoot)
 		_ = cgroups.RemoveAll("/moatbc")
 	})
-	r, err := NewSandboxRunner(rt, dataDir, 0, log)
+	r, err := NewSandboxRunner(rt, 0, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,10 +140,34 @@ func TestRealRebuildReusesLayers(t *testing.T) {
 	}
 }
 
-func logText(e *env, buildID string) string {
-	var lines []string
-	for _, l := range e.m.Logs(buildID, 0) {
-		lines = append(lines, l.Step+" "+l.Message)
+// TestRealBuildOnGVisor: on a server whose runtimes are gvisor (and vm),
+// RUN and COPY steps run in gVisor build sandboxes: its writable layer is
+// on the host like a container's (runsc --overlay2=none).
+func TestRealBuildOnGVisor(t *testing.T) {
+	e := realEnv(t)
+	runsc := testkit.RequireTool(t, "runsc")
+	e.m.cfg.Runner = newTestRunner(t, e.data, container.WithGVisor(container.GVisorConfig{Binary: runsc}))
+	if got := e.m.cfg.Runner.(*SandboxRunner).rt.Name(); got != "gvisor" {
+		t.Fatalf("runner runtime = %s", got)
 	}
-	return strings.Join(lines, "\n")
+	hash := strings.Repeat("cd", 32)
+	p := FilesPath(e.data, "a", hash)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeArchive(t, p, []entry{{name: "app", dir: true}, {name: "app/main.sh", body: "echo hi\n"}})
+	b, err := e.build(t, "a", "g1", Spec{FromTemplate: "bb", Steps: []Step{
+		{Type: "RUN", Args: []string{"echo gvisor > /etc/made-in", "root"}},
+		{Type: "COPY", Args: []string{"app", "/opt/app/"}, FilesHash: hash},
+	}})
+	if err != nil || b.Status != store.BuildReady {
+		t.Fatalf("build = %+v, %v\n%s", b, err, logText(e, b.ID))
+	}
+	root := rootfsOf(t, e, "g1")
+	if got := readFile(t, root, "etc/made-in"); got != "gvisor\n" {
+		t.Errorf("RUN's file = %q", got)
+	}
+	if got := readFile(t, root, "opt/app/main.sh"); got != "echo hi\n" {
+		t.Errorf("COPY's file = %q", got)
+	}
 }

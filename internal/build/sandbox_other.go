@@ -15,7 +15,7 @@ import (
 type SandboxRunner struct{}
 
 // NewSandboxRunner is not available on this platform.
-func NewSandboxRunner(runtime.Runtime, string, int, *slog.Logger) (*SandboxRunner, error) {
+func NewSandboxRunner(runtime.Runtime, int, *slog.Logger) (*SandboxRunner, error) {
 	return nil, fmt.Errorf("RUN and COPY steps need Linux: %w", errdefs.ErrNotImplemented)
 }
 

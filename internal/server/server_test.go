@@ -357,6 +357,30 @@ func TestTemplates(t *testing.T) {
 	}
 }
 
+// TestTemplateTags: GET /templates/{id}/tags (the SDK's getTags) lists
+// E2B's implicit "default" tag on the template's build, by ID or name;
+// an unknown template is 404; assigning tags is 501.
+func TestTemplateTags(t *testing.T) {
+	h := newHarness(t)
+	var ts []struct{ TemplateID, BuildID string }
+	h.do("GET", "/templates", "").json(t, &ts)
+	for _, ref := range []string{ts[0].TemplateID, "base"} {
+		var tags []struct {
+			Tag, BuildID string
+			CreatedAt    time.Time
+		}
+		h.do("GET", "/templates/"+ref+"/tags", "").json(t, &tags)
+		if len(tags) != 1 || tags[0].Tag != "default" || tags[0].BuildID != ts[0].BuildID {
+			t.Fatalf("%s tags: %+v", ref, tags)
+		}
+	}
+	h.do("GET", "/templates/nope/tags", "").errBody(t, 404)
+	h.do("GET", "/templates/base/other", "").errBody(t, 404)
+	h.do("GET", "/templates/aliases/nope", "").errBody(t, 404)
+	h.doKey("GET", "/templates/base/tags", "", "").errBody(t, 401)
+	h.do("POST", "/templates/tags", `{"target":"base:default","tags":["v1"]}`).errBody(t, 501)
+}
+
 // seedList inserts s0..s4 (s2 paused; even ones carry {"a b":"c&d"}).
 func seedList(t *testing.T, h *harness) time.Time {
 	t.Helper()

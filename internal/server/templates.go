@@ -31,7 +31,9 @@ func (s *Server) buildRoutes() {
 	m.HandleFunc("GET /templates/{templateID}/files/{hash}", s.auth(s.withBuilds(s.templates.FilesLink)))
 	m.HandleFunc("POST /v2/templates/{templateID}/builds/{buildID}", s.auth(s.withBuilds(s.templates.StartBuild)))
 	m.HandleFunc("GET /templates/{templateID}/builds/{buildID}/status", s.auth(s.withBuilds(s.templates.BuildStatus)))
-	m.HandleFunc("GET /templates/aliases/{alias}", s.auth(s.templateByAlias))
+	// GET /templates/aliases/{alias} and GET /templates/{templateID}/tags
+	// share their shape, which ServeMux cannot register twice.
+	m.HandleFunc("GET /templates/{a}/{b}", s.auth(s.templateAliasOrTags))
 	m.HandleFunc("GET /templates/{templateID}", s.auth(s.templateWithBuilds))
 	// Older and other build routes of the E2B API answer 501 rather than
 	// a 404 or 405 the SDKs would misread.
@@ -41,6 +43,27 @@ func (s *Server) buildRoutes() {
 		"PATCH /v2/templates/{templateID}"} {
 		m.HandleFunc(p, s.auth(notImplemented))
 	}
+}
+
+// defaultTag is the tag E2B gives every build that names none: the one
+// a create without a tag uses.
+const defaultTag = "default"
+
+// templateTags is GET /templates/{templateID}/tags (the SDK's
+// Template.getTags): this server keeps no tags but E2B's implicit
+// "default", on the template's current build (assigning tags is refused
+// with 501, see POST /templates/tags). Another team's template is 404.
+func (s *Server) templateTags(w http.ResponseWriter, r *http.Request, id string) {
+	t, err := s.db.GetTeamTemplate(r.Context(), team(r), id)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			err = errdefs.Publicf(errdefs.ErrNotFound, "template '%s' not found", id)
+		}
+		s.fail(w, r, err)
+		return
+	}
+	tpl := toTemplate(t)
+	errhttp.WriteJSON(w, http.StatusOK, []rest.TemplateTag{{Tag: defaultTag, BuildID: tpl.BuildID, CreatedAt: tpl.UpdatedAt}})
 }
 
 // withBuilds is h of the build API, or 501 when builds are off (h is then
@@ -78,11 +101,24 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool 
 	return true
 }
 
+// templateAliasOrTags routes GET /templates/aliases/{alias} and GET
+// /templates/{templateID}/tags; any other path of that shape is 404.
+func (s *Server) templateAliasOrTags(w http.ResponseWriter, r *http.Request) {
+	a, b := r.PathValue("a"), r.PathValue("b")
+	switch {
+	case a == "aliases":
+		s.templateByAlias(w, r, b)
+	case b == "tags":
+		s.templateTags(w, r, a)
+	default:
+		errhttp.Write(w, http.StatusNotFound, "not found")
+	}
+}
+
 // templateByAlias is GET /templates/aliases/{alias}: 200 for a template
 // the caller may use (shared ones are public), 404 otherwise (another
 // team's template too, like an unknown one).
-func (s *Server) templateByAlias(w http.ResponseWriter, r *http.Request) {
-	alias := r.PathValue("alias")
+func (s *Server) templateByAlias(w http.ResponseWriter, r *http.Request, alias string) {
 	t, err := s.db.GetTeamTemplate(r.Context(), team(r), alias)
 	if err == nil && t.Name != alias {
 		err = errdefs.Publicf(errdefs.ErrNotFound, "template alias '%s' not found", alias)

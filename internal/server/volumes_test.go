@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,4 +113,40 @@ func TestVolumesOff(t *testing.T) {
 	h := newHarness(t)
 	h.do("GET", "/volumes", "").errBody(t, http.StatusNotImplemented)
 	h.do("POST", "/volumes", `{"name":"x"}`).errBody(t, http.StatusNotImplemented)
+}
+
+// TestCreateWithBadVolumeMounts: a create whose volumeMounts name a
+// missing volume, another team's or a bad path is a 4xx naming it (never
+// a 500), and a good volume listed beside a bad one is not left held: it
+// can be deleted right after.
+func TestCreateWithBadVolumeMounts(t *testing.T) {
+	h, _ := newVolumeHarness(t)
+	var good struct{ VolumeID string }
+	h.do("POST", "/volumes", `{"name":"good","sizeMB":8}`).json(t, &good)
+	if r := h.doKey("POST", "/volumes", `{"name":"theirs","sizeMB":8}`, h.keyFor("b")); r.status != http.StatusCreated {
+		t.Fatalf("b's volume: %d %s", r.status, r.body)
+	}
+	for _, tc := range []struct {
+		mounts string
+		status int
+		msg    string
+	}{
+		{`[{"name":"nope","path":"/data"}]`, http.StatusNotFound, `volume \"nope\" not found`},
+		{`[{"name":"theirs","path":"/data"}]`, http.StatusNotFound, `volume \"theirs\" not found`},
+		{`[{"name":"good","path":"data"}]`, http.StatusBadRequest, `invalid path \"data\"`},
+		{`[{"name":"good","path":"/proc/x"}]`, http.StatusBadRequest, `cannot mount over /proc`},
+		{`[{"name":"good","path":"/a"},{"name":"nope","path":"/b"}]`, http.StatusNotFound, `volume \"nope\" not found`},
+		{`[{"name":"good","path":"/a"},{"name":"theirs","path":"/b"}]`, http.StatusNotFound, `volume \"theirs\" not found`},
+		{`[{"name":"good","path":"/a"},{"name":"good","path":"/a"}]`, http.StatusBadRequest, `is used twice`},
+		{`[{"name":"good","path":"/a"},{"name":"good","path":"/"}]`, http.StatusBadRequest, `cannot mount over the root`},
+	} {
+		r := h.do("POST", "/v2/sandboxes", `{"templateID":"base","volumeMounts":`+tc.mounts+`}`)
+		r.errBody(t, tc.status)
+		if !strings.Contains(string(r.body), tc.msg) {
+			t.Errorf("%s: %d %s, want a message with %s", tc.mounts, r.status, r.body, tc.msg)
+		}
+	}
+	if r := h.do("DELETE", "/volumes/"+good.VolumeID, ""); r.status != http.StatusNoContent {
+		t.Fatalf("delete the good volume after the failed creates: %d %s", r.status, r.body)
+	}
 }

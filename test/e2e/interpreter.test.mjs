@@ -46,14 +46,20 @@ function run(sbx, code, opts = {}, ms = 90_000) {
   return within(ms, `runCode(${JSON.stringify(code).slice(0, 60)})`, () => sbx.runCode(code, opts))
 }
 
-// otherKernelsSkip: the default tier (scripts/test.sh) starts the
-// JavaScript, TypeScript and R kernels on containers and gVisor; they are
-// the same Jupyter kernels inside a microVM, where each costs seconds of
-// TCG, so there only the full tier (MOAT_TEST_FULL=1) starts them. Python
-// and Bash run on every runtime.
-function otherKernelsSkip(language) {
-  if (process.env.MOAT_E2E_RUNTIME !== 'vm' || process.env.MOAT_TEST_FULL === '1' || !['js', 'ts', 'r'].includes(language)) return false
+// vmFullOnly: on microVMs the default tier (scripts/test.sh) runs what
+// depends on the runtime (the snapshot's kernel, state, streaming, errors,
+// rich results, Python and Bash); the JavaScript, TypeScript and R kernels
+// and the kernel's own lifecycle (contexts, timeouts, a crash, pandas) are
+// the same Jupyter code inside a microVM as on containers and gVisor,
+// where the default tier runs them, and each costs tens of seconds of TCG:
+// on microVMs only the full tier (MOAT_TEST_FULL=1) runs them.
+function vmFullOnly() {
+  if (process.env.MOAT_E2E_RUNTIME !== 'vm' || process.env.MOAT_TEST_FULL === '1') return false
   return 'full tier only on microVMs: the same Jupyter kernel as on containers (scripts/test.sh --full)'
+}
+
+function otherKernelsSkip(language) {
+  return ['js', 'ts', 'r'].includes(language) ? vmFullOnly() : false
 }
 
 describe('code interpreter', () => {
@@ -166,7 +172,7 @@ describe('code interpreter', () => {
     assert.deepEqual(chart.elements[0].points, [[1, 4], [2, 5], [3, 6]])
   })
 
-  test('pandas DataFrame: html and text', { timeout: 120_000 }, async (t) => {
+  test('pandas DataFrame: html and text', { timeout: 120_000, skip: vmFullOnly() }, async (t) => {
     const ex = await timed(t, 'DataFrame', () =>
       run(sbx, 'import pandas as pd\npd.DataFrame({"a": [1, 2], "b": [3, 4]})'),
     )
@@ -218,7 +224,7 @@ describe('code interpreter', () => {
     assert.equal(sh.logs.stdout.join(''), 'sh|from-create\n')
   })
 
-  test('contexts: isolated, listed, restarted, removed', { timeout: 180_000 }, async (t) => {
+  test('contexts: isolated, listed, restarted, removed', { timeout: 180_000, skip: vmFullOnly() }, async (t) => {
     const [c1, c2] = await timed(t, 'create two python contexts', () => Promise.all([
       within(90_000, 'createCodeContext 1', () => sbx.createCodeContext({ requestTimeoutMs: 60_000 })),
       within(90_000, 'createCodeContext 2', () => sbx.createCodeContext({ language: 'python', cwd: '/tmp', requestTimeoutMs: 60_000 })),
@@ -253,7 +259,7 @@ describe('code interpreter', () => {
     await sbx.removeCodeContext(c1)
   })
 
-  test('an infinite loop times out (timeoutMs 5000) and the context recovers', { timeout: 120_000 }, async (t) => {
+  test('an infinite loop times out (timeoutMs 5000) and the context recovers', { timeout: 120_000, skip: vmFullOnly() }, async (t) => {
     const ctx = await within(90_000, 'createCodeContext', () => sbx.createCodeContext({ requestTimeoutMs: 60_000 }))
     await run(sbx, 'kept = "still here"', { context: ctx })
     const start = performance.now()
@@ -294,7 +300,7 @@ describe('code interpreter', () => {
     await sbx.removeCodeContext(ctx)
   })
 
-  test('a crashed kernel reports an error and the next call works', { timeout: 180_000 }, async (t) => {
+  test('a crashed kernel reports an error and the next call works', { timeout: 180_000, skip: vmFullOnly() }, async (t) => {
     const ctx = await within(90_000, 'createCodeContext', () => sbx.createCodeContext({ requestTimeoutMs: 60_000 }))
     let outcome
     try {

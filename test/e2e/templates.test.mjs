@@ -27,7 +27,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { execFileSync, spawn } from 'node:child_process'
-import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 
@@ -128,7 +128,7 @@ test('a failing runCmd fails the build naming the step; nothing is registered', 
   )
 })
 
-test('copy: the SDK uploads to Moat, the files land in the template', { timeout: 600_000 }, async (t) => {
+test('copy: the SDK uploads to Moat, the files land where E2B puts them', { timeout: 600_000 }, async (t) => {
   await ctx.ready
   const dir = mkdtempSync(path.join(tmpdir(), 'moat-e2e-copy-'))
   const tag = randomUUID() // new content, new hash: the first upload really happens
@@ -136,16 +136,28 @@ test('copy: the SDK uploads to Moat, the files land in the template', { timeout:
   mkdirSync(path.join(dir, 'app', 'lib'), { recursive: true })
   writeFileSync(path.join(dir, 'app', 'main.py'), 'print(1)\n')
   writeFileSync(path.join(dir, 'app', 'lib', 'util.py'), 'x = 1\n')
+  writeFileSync(path.join(dir, 'app', 'notes.txt'), 'n\n')
+  symlinkSync('/etc/hostname', path.join(dir, 'link'))
   const name = alias('copy')
   const logs = []
+  // E2B's copy script, case by case: a directory's contents go into the
+  // destination with or without a trailing slash; a file to the
+  // destination, or into it when it ends in "/" or is a directory; a glob's
+  // matches into the destination; a symlink as a symlink; an existing
+  // directory keeps its owner.
   const build = () =>
     Template.build(
       Template({ fileContextPath: dir })
         .fromTemplate(template)
         .copy('hello.txt', '/home/user/hello.txt')
         .copy('app', '/opt/app', { mode: 0o600 })
+        .copy('app', '/home/user/app/')
+        .copy('app/*.py', '/home/user/py/')
+        .copy('link', '/home/user/link')
         .setUser('root')
-        .copy('hello.txt', '/etc/greetings/'),
+        .copy('hello.txt', '/etc/greetings/')
+        .copy('hello.txt', '/usr/local')
+        .copy('app/lib', '/usr/local/'),
       { alias: name, onBuildLogs: (e) => logs.push(e) },
     )
   const built = await within(300_000, 'Template.build copy', build)
@@ -157,7 +169,9 @@ test('copy: the SDK uploads to Moat, the files land in the template', { timeout:
   const r = await within(60_000, 'check', () =>
     sbx.commands.run(
       'cat /home/user/hello.txt /opt/app/main.py /opt/app/lib/util.py /etc/greetings/hello.txt; ' +
-        'stat -c "%U %a %n" /home/user/hello.txt /opt/app/main.py /opt/app/lib/util.py /etc/greetings/hello.txt',
+        'stat -c "%U %a %n" /home/user/hello.txt /opt/app/main.py /opt/app/lib/util.py /etc/greetings/hello.txt; ' +
+        'cd /home/user && find app py -print | sort; readlink link; ' +
+        'stat -c "%U %n" /usr/local /usr/local/hello.txt /usr/local/util.py',
     ),
   )
   assert.equal(
@@ -166,6 +180,9 @@ test('copy: the SDK uploads to Moat, the files land in the template', { timeout:
       `hello ${tag}`, 'print(1)', 'x = 1', `hello ${tag}`,
       'user 644 /home/user/hello.txt', 'user 600 /opt/app/main.py', 'user 600 /opt/app/lib/util.py',
       'root 644 /etc/greetings/hello.txt',
+      'app', 'app/lib', 'app/lib/util.py', 'app/main.py', 'app/notes.txt', 'py', 'py/main.py',
+      '/etc/hostname',
+      'root /usr/local', 'root /usr/local/hello.txt', 'root /usr/local/util.py',
     ].join('\n'),
   )
   // A second build of the same files: the SDK finds them present.
@@ -385,4 +402,32 @@ test('Template.fromDockerfile: multi-line RUN, ENV and COPY', { timeout: 600_000
   t.after(() => sbx.kill().catch(() => {}))
   const r = await within(60_000, 'check', () => sbx.commands.run('cat greeting; echo "$OTHER|$(pwd)|$(whoami)"'))
   assert.equal(r.stdout.trim(), 'hello-docker\nhi from the context\n2|/opt/made|user')
+})
+
+// The SDK sends a Dockerfile's FROM as fromImage. A name that is a
+// template of the team is that template (Docker uses a local image before
+// it pulls), and E2B's own base images stand in as the built-ins when no
+// registry serves them (none does here).
+test('Template.fromDockerfile: FROM a template and FROM e2bdev/base build through the SDK', { timeout: 600_000 }, async (t) => {
+  await ctx.ready
+  for (const from of [template, 'e2bdev/base:latest']) {
+    const name = alias('from')
+    const logs = []
+    const built = await within(300_000, `Template.build FROM ${from}`, () =>
+      Template.build(Template().fromDockerfile(`FROM ${from}\nRUN echo "from ${from}" > /home/user/from.txt\n`), {
+        alias: name,
+        onBuildLogs: (e) => logs.push(e),
+      }),
+    )
+    t.after(() => deleteTemplate(built.templateId))
+    const text = logs.map((e) => String(e.message)).join('\n')
+    if (from.startsWith('e2bdev/')) assert.match(text, /the built-in template base stands in/, text)
+    // Template.getTags: E2B's implicit "default" tag on this build.
+    const tags = await within(30_000, 'Template.getTags', () => Template.getTags(built.templateId))
+    assert.deepEqual(tags.map((g) => [g.tag, g.buildId]), [['default', built.buildId]])
+    const sbx = await within(180_000, `Sandbox.create(FROM ${from})`, () => Sandbox.create(name, { timeoutMs: 120_000 }))
+    t.after(() => sbx.kill().catch(() => {}))
+    const r = await within(60_000, 'check', () => sbx.commands.run('cat /home/user/from.txt'))
+    assert.equal(r.stdout.trim(), `from ${from}`)
+  }
 })

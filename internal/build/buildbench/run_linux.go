@@ -111,7 +111,7 @@ func (e *env) start(ctx context.Context, scratch string, log *slog.Logger) (stop
 		_ = cgroups.RemoveAll(cgroupParent)
 		e.db.Close()
 	}
-	runner, err := build.NewSandboxRunner(rt, scratch, 0, log)
+	runner, err := build.NewSandboxRunner(rt, 0, log)
 	if err == nil {
 		var envd string
 		if envd, err = template.FindEnvd(""); err == nil {

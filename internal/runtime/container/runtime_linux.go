@@ -181,6 +181,15 @@ func traversable(dir string) error {
 // Name implements runtime.Runtime.
 func (r *Runtime) Name() string { return r.o.flavor.name }
 
+// SandboxDir is where sandbox id's host objects live
+// (<DataDir>/sandboxes/<id>, <DataDir>/gvisor/sandboxes/<id>): its ID
+// range (idmap), its log and, in disk/upper, its writable layer, which
+// the host can read (runsc writes through its gofer, --overlay2=none).
+// Template builds take a build sandbox's changes from there.
+func (r *Runtime) SandboxDir(id string) string {
+	return filepath.Join(r.dataDir, r.o.flavor.subdir, id)
+}
+
 // OCIRuntime is the OCI binary in use: "runc" or "crun".
 func (r *Runtime) OCIRuntime() string { return r.oci.Name }
 

@@ -3,16 +3,19 @@ package container
 import (
 	"context"
 	"fmt"
+	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/slots"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // slotSpec is a create of a template of the tests' rootfs that may use
@@ -226,4 +229,109 @@ func TestStaleSlot(t *testing.T) {
 	if next := idleSlot(t, r, spec); next == id {
 		t.Fatal("stale slot reused")
 	}
+}
+
+// TestSlotsUnderRace hammers the slots (issue 35: after a burst, one
+// sandbox adopted from a slot left everything on the host although its
+// kill said "sandbox killed"): workers create from slots and kill, some
+// kills racing their create, while another goroutine kills idle slots and
+// prunes, racing the hand-outs and the refills. A kill that returns nil
+// after its create returned leaves nothing named after the sandbox, and at
+// the end nothing of any sandbox or slot is left.
+func TestSlotsUnderRace(t *testing.T) {
+	requireRuntime(t)
+	oci := "crun"
+	if _, err := exec.LookPath(oci); err != nil {
+		testkit.Missing(t, "crun not on PATH (apt-get install crun)")
+	}
+	r := slotRuntime(t, oci)
+	r.slots.SetWant(2)
+	ctx := context.Background()
+	spec := slotSpec(testRootfs)
+	var (
+		mu   sync.Mutex
+		seen = map[string]bool{}
+	)
+	note := func(id string) {
+		mu.Lock()
+		seen[id] = true
+		mu.Unlock()
+	}
+	stop := make(chan struct{})
+	var reaper sync.WaitGroup
+	reaper.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(mrand.IntN(30)) * time.Millisecond):
+			}
+			for _, ids := range r.slots.Idle() {
+				for _, id := range ids {
+					note(id)
+					if err := r.Kill(ctx, id); err != nil {
+						t.Errorf("kill idle slot %s: %v", id, err)
+					}
+				}
+			}
+			if i%3 == 0 {
+				if _, err := r.PruneTemplates(ctx, []runtime.Spec{spec}, nil, 0); err != nil {
+					t.Errorf("prune: %v", err)
+				}
+			}
+		}
+	})
+	var workers sync.WaitGroup
+	for w := range 3 {
+		workers.Go(func() {
+			for i := range 6 {
+				s := spec
+				if id, ok := r.Prelaunched(s); ok {
+					s.ID = id
+				} else {
+					s.ID = newID()
+				}
+				note(s.ID)
+				if (w+i)%2 == 0 {
+					// The kill races the create: whichever wins, a kill
+					// after both leaves nothing.
+					var k sync.WaitGroup
+					k.Go(func() {
+						time.Sleep(time.Duration(mrand.IntN(200)) * time.Millisecond)
+						_ = r.Kill(ctx, s.ID)
+					})
+					_, _ = r.Create(ctx, s)
+					k.Wait()
+				} else if _, err := r.Create(ctx, s); err != nil {
+					t.Errorf("create %s: %v", s.ID, err)
+					continue
+				}
+				if err := r.Kill(ctx, s.ID); err != nil {
+					t.Errorf("kill %s: %v", s.ID, err)
+				}
+				// The kernel lets go of an autoclear loop device a moment
+				// after its last unmount.
+				for deadline := time.Now().Add(10 * time.Second); len(loopsOf(s.ID)) > 0 && time.Now().Before(deadline); {
+					time.Sleep(50 * time.Millisecond)
+				}
+				assertGone(t, r, s.ID, 0)
+			}
+		})
+	}
+	workers.Wait()
+	close(stop)
+	reaper.Wait()
+	if err := r.slots.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id := range seen {
+		assertGone(t, r, id, 0)
+	}
+	if left, _ := os.ReadDir(filepath.Join(r.dataDir, "sandboxes")); len(left) > 0 {
+		t.Errorf("sandbox dirs left: %v", left)
+	}
+	if netns, _ := filepath.Glob("/run/netns/" + testScope + "-*"); len(netns) > 0 {
+		t.Errorf("netns left: %v", netns)
+	}
+	t.Logf("%d sandboxes and slots", len(seen))
 }

@@ -40,14 +40,16 @@ func (a *API) Mounts(ctx context.Context, team string, ms []rest.SandboxVolumeMo
 	}
 	var out []orchestrator.VolumeMount
 	var rels []func()
-	release = func() {
+	releaseAll := func() {
 		for _, r := range rels {
 			r()
 		}
 	}
+	// Every error return gives back what was taken. (The error returns
+	// set the named release to nil: the deferred call must not use it.)
 	defer func() {
 		if err != nil {
-			release()
+			releaseAll()
 		}
 	}()
 	seen := map[string]bool{}
@@ -74,7 +76,7 @@ func (a *API) Mounts(ctx context.Context, team string, ms []rest.SandboxVolumeMo
 		out = append(out, orchestrator.VolumeMount{Source: root,
 			VolumeMount: store.VolumeMount{VolumeID: v.ID, Name: v.Name, Path: m.Path}})
 	}
-	return out, release, nil
+	return out, releaseAll, nil
 }
 
 // checkMountPath accepts an absolute, clean path other than "/" and
