@@ -93,7 +93,16 @@ MOAT_SETUP_TEMPLATES="base code-interpreter-v1" scripts/setup.sh || die "scripts
 log "preflight: the real components the tests need"
 missing=()
 for tool in crun runc runsc qemu-system-x86_64 qemu-img mkfs.ext4 nft ip busybox mmdebstrap node npm python3 protoc sqlite3 flock; do
-  command -v "$tool" >/dev/null || missing+=("$tool (not on PATH)")
+  # command -v also prints a file it cannot run (bash), so check it.
+  if ! p=$(command -v "$tool"); then
+    missing+=("$tool (not on PATH)")
+  elif [ ! -f "$p" ] || [ ! -x "$p" ]; then
+    missing+=("$tool ($p is not an executable file)")
+  fi
+done
+for tool in crun runc runsc; do
+  p=$(command -v "$tool") && [ -f "$p" ] && [ -x "$p" ] || continue
+  "$tool" --version >/dev/null 2>&1 || missing+=("$tool (does not run: $("$tool" --version 2>&1 | head -n 1))")
 done
 if command -v qemu-system-x86_64 >/dev/null && ! qemu-system-x86_64 -version >/dev/null 2>&1; then
   missing+=("qemu-system-x86_64 (does not run: $(qemu-system-x86_64 -version 2>&1 | head -n 1))")
