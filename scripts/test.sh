@@ -102,10 +102,10 @@ for tool in crun runc runsc qemu-system-x86_64 qemu-img mkfs.ext4 nft ip busybox
 done
 for tool in crun runc runsc; do
   p=$(command -v "$tool") && [ -f "$p" ] && [ -x "$p" ] || continue
-  "$tool" --version >/dev/null 2>&1 || missing+=("$tool (does not run: $("$tool" --version 2>&1 | head -n 1))")
+  "$tool" --version >/dev/null 2>&1 || missing+=("$tool (does not run: $("$tool" --version 2>&1 | head -n 1 || true))")
 done
 if command -v qemu-system-x86_64 >/dev/null && ! qemu-system-x86_64 -version >/dev/null 2>&1; then
-  missing+=("qemu-system-x86_64 (does not run: $(qemu-system-x86_64 -version 2>&1 | head -n 1))")
+  missing+=("qemu-system-x86_64 (does not run: $(qemu-system-x86_64 -version 2>&1 | head -n 1 || true))")
 fi
 for b in envd moat moat-vminit moat-nfsd; do
   [ -x "bin/$b" ] || missing+=("bin/$b (make build did not produce it)")
