@@ -167,6 +167,43 @@ test('volumes: content API, shared mounts, quota, delete, teams, bad input', { t
   await assertNoLeaks([vol.volumeId])
 })
 
+// Bad volumeMounts (issue 35): a missing volume, another team's, a bad
+// path, or one of those beside a good volume is a 4xx through the SDK
+// (never a 500), and the good volume is not left held: it can be deleted
+// right after. On gVisor, where volumeMounts are refused, a good volume
+// alone is the 400 and is not held either.
+test('volumes: bad volumeMounts at create are 4xx and hold nothing', { timeout: 300_000, skip: multi }, async (t) => {
+  await ctx.ready
+  const good = await within(60_000, 'Volume.create', () => Volume.create(`e2e-good-${randomUUID().slice(0, 8)}`))
+  t.after(() => destroyQuietly(good.volumeId))
+  const cases = [
+    [{ '/data': `e2e-missing-${randomUUID().slice(0, 8)}` }, /not found/],
+    [{ 'data': good }, /invalid path/],
+    [{ '/proc/x': good }, /cannot mount over \/proc/],
+    [{ '/a': good, '/b': `e2e-missing-${randomUUID().slice(0, 8)}` }, /not found/],
+  ]
+  if (!ctx.external) {
+    const other = await ctx.server.createTeamApiKey('e2e-volumes-mounts-other')
+    const theirs = await within(60_000, 'Volume.create (other team)', () =>
+      Volume.create(`e2e-theirs-${randomUUID().slice(0, 8)}`, { apiKey: other }))
+    t.after(() => Volume.destroy(theirs.volumeId, { apiKey: other }).catch(() => {}))
+    cases.push([{ '/a': good, '/b': theirs.name }, /not found/])
+  }
+  if (!mounts) cases.push([{ '/a': good }, /not supported on the \w+ runtime/])
+  for (const [volumeMounts, re] of cases) {
+    await assert.rejects(
+      within(60_000, 'Sandbox.create with bad volumeMounts', () => Sandbox.create({ volumeMounts, timeoutMs: 60_000 })),
+      (err) => re.test(String(err?.message)) && !/internal server error/i.test(String(err?.message)),
+      `volumeMounts ${JSON.stringify(Object.keys(volumeMounts))}`,
+    )
+  }
+  if (!ctx.external) {
+    const log = ctx.server.log
+    assert.doesNotMatch(log, /panic/i, 'a panic in the server log')
+  }
+  assert.equal(await within(30_000, 'Volume.destroy', () => Volume.destroy(good.volumeId)), true, 'the good volume is not held')
+})
+
 test('volumes: the size quota stops writes', { timeout: 300_000, skip: multi }, async (t) => {
   await ctx.ready
   const name = `e2e-q-${randomUUID().slice(0, 8)}`
