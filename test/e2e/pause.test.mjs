@@ -483,11 +483,15 @@ test("an open PTY's shell survives pause/resume and still takes input", { timeou
   assert.ok(await hasProcess(sbx, term.pid), 'the PTY shell is still listed after resume')
   await assertCounterAdvances(sbx, before.last, 'pty loop after resume', file)
   // Still interactive: interrupt the loop, then run a command in the same shell.
-  await within(30_000, 'sendInput ^C', () => sbx.pty.sendInput(term.pid, enc.encode('\x03')))
   // The terminal flushes its pending input when it delivers the interrupt
   // (ISIG without NOFLSH): a line that arrives before that is lost (seen on
-  // gVisor), so it is sent again until the shell has run it.
+  // gVisor), so it is sent again until the shell has run it. The interrupt
+  // is sent again too: on microVMs a single ^C right after the resume was
+  // sometimes not acted on (the loop went on; 2 of 4 CI runs on
+  // 2026-12-05/06, not yet explained: see issue 35's notes). At the prompt
+  // a ^C only clears the line.
   const after = await waitFor('the shell answers after resume', async () => {
+    await within(30_000, 'sendInput ^C', () => sbx.pty.sendInput(term.pid, enc.encode('\x03')))
     await within(30_000, 'sendInput echo', () => sbx.pty.sendInput(term.pid, enc.encode('echo "pty-$i" > /tmp/pty-after\n')))
     const r = await run(sbx, 'cat /tmp/pty-after 2>/dev/null || true')
     return { out: r.stdout, ok: /^pty-\d+\n$/.test(r.stdout) }
