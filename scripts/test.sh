@@ -93,20 +93,21 @@ MOAT_SETUP_TEMPLATES="base code-interpreter-v1" scripts/setup.sh || die "scripts
 log "preflight: the real components the tests need"
 missing=()
 for tool in crun runc runsc qemu-system-x86_64 qemu-img mkfs.ext4 nft ip busybox mmdebstrap node npm python3 protoc sqlite3 flock; do
-  # command -v also prints a file it cannot run (bash), so check it.
+  # command -v also prints a file it cannot run (bash), so check it; the
+  # runtimes must also run.
   if ! p=$(command -v "$tool"); then
     missing+=("$tool (not on PATH)")
   elif [ ! -f "$p" ] || [ ! -x "$p" ]; then
     missing+=("$tool ($p is not an executable file)")
+  else
+    case $tool in
+    crun | runc | runsc) v=--version ;;
+    qemu-system-x86_64) v=-version ;;
+    *) continue ;;
+    esac
+    "$tool" "$v" >/dev/null 2>&1 || missing+=("$tool (does not run: $("$tool" "$v" 2>&1 | head -n 1 || true))")
   fi
 done
-for tool in crun runc runsc; do
-  p=$(command -v "$tool") && [ -f "$p" ] && [ -x "$p" ] || continue
-  "$tool" --version >/dev/null 2>&1 || missing+=("$tool (does not run: $("$tool" --version 2>&1 | head -n 1 || true))")
-done
-if command -v qemu-system-x86_64 >/dev/null && ! qemu-system-x86_64 -version >/dev/null 2>&1; then
-  missing+=("qemu-system-x86_64 (does not run: $(qemu-system-x86_64 -version 2>&1 | head -n 1 || true))")
-fi
 for b in envd moat moat-vminit moat-nfsd; do
   [ -x "bin/$b" ] || missing+=("bin/$b (make build did not produce it)")
 done

@@ -134,17 +134,17 @@ func (m *Manager) Start(ctx context.Context, b store.Build, spec Spec) error {
 	if m.cfg.EnvdPath == "" {
 		return errdefs.Publicf(errdefs.ErrUnavailable, "template builds need envd: start the server with envd available")
 	}
-	if plan.FromImage != "" && plan.Registry == nil {
+	switch {
+	case plan.FromImage != "" && plan.Registry == nil:
 		name, err := m.localFrom(ctx, b.Team, plan.FromImage)
 		if err != nil {
 			return err
 		}
-		if name != "" {
+		if name != "" { // found, so nothing more to check
 			m.log.Info("fromImage names a template: building from it", "build", b.ID, "image", plan.FromImage, "template", name)
 			plan.FromImage, plan.FromTemplate = "", name
 		}
-	}
-	if plan.FromTemplate != "" {
+	case plan.FromTemplate != "":
 		// Resolve now so a wrong name is the request's 404/400 rather
 		// than a failed build.
 		if _, err := m.cfg.DB.GetTeamTemplate(ctx, b.Team, plan.FromTemplate); err != nil {

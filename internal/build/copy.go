@@ -155,10 +155,7 @@ func copySource(src string) string {
 			split = i
 		}
 	}
-	switch {
-	case split == 0:
-		return "."
-	case split > 0:
+	if split > 0 {
 		return path.Clean(p[:split])
 	}
 	return "."

@@ -131,13 +131,17 @@ func TestCopyScriptPlacesLikeE2B(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			dest := c.dest
-			workdir := root
+			// "T/…" is under root (Join drops a trailing "/": put it
+			// back); anything else is relative to the workdir root/T.
+			dest, workdir := c.dest, filepath.Join(root, "T")
 			if strings.HasPrefix(dest, "T") {
-				dest = filepath.Join(root, dest) + map[bool]string{true: "/"}[strings.HasSuffix(c.dest, "/")]
-			} else {
-				workdir = filepath.Join(root, "T")
-				os.MkdirAll(workdir, 0o755)
+				dest = filepath.Join(root, dest)
+				if strings.HasSuffix(c.dest, "/") {
+					dest += "/"
+				}
+				workdir = root
+			} else if err := os.MkdirAll(workdir, 0o755); err != nil {
+				t.Fatal(err)
 			}
 			s := copyScript(&CopyStep{Src: c.src, Dest: dest, Mode: c.mode}, dest, owner.Username, archive, true)
 			cmd := exec.Command("sh", "-c", s)
