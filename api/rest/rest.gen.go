@@ -161,6 +161,36 @@ func (e OrderDirection) Valid() bool {
 	}
 }
 
+// Defines values for SandboxEventType.
+const (
+	SandboxLifecycleCheckpointed SandboxEventType = "sandbox.lifecycle.checkpointed"
+	SandboxLifecycleCreated      SandboxEventType = "sandbox.lifecycle.created"
+	SandboxLifecycleKilled       SandboxEventType = "sandbox.lifecycle.killed"
+	SandboxLifecyclePaused       SandboxEventType = "sandbox.lifecycle.paused"
+	SandboxLifecycleResumed      SandboxEventType = "sandbox.lifecycle.resumed"
+	SandboxLifecycleUpdated      SandboxEventType = "sandbox.lifecycle.updated"
+)
+
+// Valid indicates whether the value is a known member of the SandboxEventType enum.
+func (e SandboxEventType) Valid() bool {
+	switch e {
+	case SandboxLifecycleCheckpointed:
+		return true
+	case SandboxLifecycleCreated:
+		return true
+	case SandboxLifecycleKilled:
+		return true
+	case SandboxLifecyclePaused:
+		return true
+	case SandboxLifecycleResumed:
+		return true
+	case SandboxLifecycleUpdated:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SandboxOnTimeout.
 const (
 	Kill  SandboxOnTimeout = "kill"
@@ -650,6 +680,18 @@ type NewVolume struct {
 	SizeMB *int `json:"sizeMB,omitempty"`
 }
 
+// NewWebhook defines model for NewWebhook.
+type NewWebhook struct {
+	// Enabled Whether events are delivered (default true)
+	Enabled *bool              `json:"enabled,omitempty"`
+	Events  []SandboxEventType `json:"events"`
+	Name    *string            `json:"name,omitempty"`
+
+	// SignatureSecret Secret each delivery's e2b-signature is made with; never returned
+	SignatureSecret string `json:"signatureSecret"`
+	Url             string `json:"url"`
+}
+
 // Node defines model for Node.
 type Node struct {
 	// ClusterID Identifier of the cluster
@@ -896,6 +938,36 @@ type SandboxEgressProxyConfig struct {
 	// Username Optional SOCKS5 username (RFC 1929), max 255 bytes.
 	Username *string `json:"username,omitempty"`
 }
+
+// SandboxEvent defines model for SandboxEvent.
+type SandboxEvent struct {
+	// EventCategory Deprecated (v1 format); always lifecycle
+	EventCategory string `json:"eventCategory"`
+
+	// EventData sandbox_metadata, execution (killed, paused), set_timeout or network (updated), kill_reason, snapshot_id (checkpointed)
+	EventData map[string]interface{} `json:"eventData"`
+
+	// EventLabel Deprecated (v1 format); create, kill, update, pause, resume or checkpoint
+	EventLabel string `json:"eventLabel"`
+
+	// Id Identifier of the event
+	Id             string `json:"id"`
+	SandboxBuildId string `json:"sandboxBuildId"`
+
+	// SandboxExecutionId Identifier of the sandbox's run (new after each resume)
+	SandboxExecutionId string           `json:"sandboxExecutionId"`
+	SandboxId          string           `json:"sandboxId"`
+	SandboxTeamId      string           `json:"sandboxTeamId"`
+	SandboxTemplateId  string           `json:"sandboxTemplateId"`
+	Timestamp          time.Time        `json:"timestamp"`
+	Type               SandboxEventType `json:"type"`
+
+	// Version Format of the event (v2)
+	Version string `json:"version"`
+}
+
+// SandboxEventType defines model for SandboxEventType.
+type SandboxEventType string
 
 // SandboxForkRequest defines model for SandboxForkRequest.
 type SandboxForkRequest struct {
@@ -1622,6 +1694,26 @@ type VolumeEntryStat struct {
 // VolumeEntryStatType defines model for VolumeEntryStat.Type.
 type VolumeEntryStatType string
 
+// Webhook defines model for Webhook.
+type Webhook struct {
+	CreatedAt time.Time          `json:"createdAt"`
+	Enabled   bool               `json:"enabled"`
+	Events    []SandboxEventType `json:"events"`
+	Id        string             `json:"id"`
+	Name      string             `json:"name"`
+	TeamId    string             `json:"teamId"`
+	Url       string             `json:"url"`
+}
+
+// WebhookUpdate The fields given replace the webhook's.
+type WebhookUpdate struct {
+	Enabled         *bool              `json:"enabled,omitempty"`
+	Events          []SandboxEventType `json:"events,omitempty"`
+	Name            *string            `json:"name,omitempty"`
+	SignatureSecret *string            `json:"signatureSecret,omitempty"`
+	Url             *string            `json:"url,omitempty"`
+}
+
 // AccessTokenID defines model for accessTokenID.
 type AccessTokenID = string
 
@@ -1630,6 +1722,18 @@ type ApiKeyID = string
 
 // BuildID defines model for buildID.
 type BuildID = string
+
+// EventsLimit defines model for eventsLimit.
+type EventsLimit = int32
+
+// EventsOffset defines model for eventsOffset.
+type EventsOffset = int32
+
+// EventsOrderAsc defines model for eventsOrderAsc.
+type EventsOrderAsc = bool
+
+// EventsTypes defines model for eventsTypes.
+type EventsTypes = []SandboxEventType
 
 // NodeID defines model for nodeID.
 type NodeID = string
@@ -1687,6 +1791,26 @@ type N503 = Error
 
 // N504 defines model for 504.
 type N504 = Error
+
+// GetEventsSandboxesParams defines parameters for GetEventsSandboxes.
+type GetEventsSandboxesParams struct {
+	Offset   *EventsOffset   `form:"offset,omitempty" json:"offset,omitempty"`
+	Limit    *EventsLimit    `form:"limit,omitempty" json:"limit,omitempty"`
+	OrderAsc *EventsOrderAsc `form:"orderAsc,omitempty" json:"orderAsc,omitempty"`
+
+	// Types Any of these types (repeat the parameter)
+	Types EventsTypes `form:"types,omitempty" json:"types,omitempty"`
+}
+
+// GetEventsSandboxesSandboxIDParams defines parameters for GetEventsSandboxesSandboxID.
+type GetEventsSandboxesSandboxIDParams struct {
+	Offset   *EventsOffset   `form:"offset,omitempty" json:"offset,omitempty"`
+	Limit    *EventsLimit    `form:"limit,omitempty" json:"limit,omitempty"`
+	OrderAsc *EventsOrderAsc `form:"orderAsc,omitempty" json:"orderAsc,omitempty"`
+
+	// Types Any of these types (repeat the parameter)
+	Types EventsTypes `form:"types,omitempty" json:"types,omitempty"`
+}
 
 // GetNodesParams defines parameters for GetNodes.
 type GetNodesParams struct {
@@ -1919,6 +2043,12 @@ type PostApiKeysJSONRequestBody = NewTeamAPIKey
 
 // PatchApiKeysApiKeyIDJSONRequestBody defines body for PatchApiKeysApiKeyID for application/json ContentType.
 type PatchApiKeysApiKeyIDJSONRequestBody = UpdateTeamAPIKey
+
+// PostEventsWebhooksJSONRequestBody defines body for PostEventsWebhooks for application/json ContentType.
+type PostEventsWebhooksJSONRequestBody = NewWebhook
+
+// PatchEventsWebhooksWebhookIDJSONRequestBody defines body for PatchEventsWebhooksWebhookID for application/json ContentType.
+type PatchEventsWebhooksWebhookIDJSONRequestBody = WebhookUpdate
 
 // PostNodesNodeIDJSONRequestBody defines body for PostNodesNodeID for application/json ContentType.
 type PostNodesNodeIDJSONRequestBody = NodeStatusChange

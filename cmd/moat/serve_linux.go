@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +25,7 @@ func newServeCmd() *cobra.Command {
 		cfg   app.Config
 		bf    backendFlags
 		pools []string
+		hooks []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -31,6 +34,9 @@ func newServeCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if cfg.Pools, err = parsePools(pools); err != nil {
+				return err
+			}
+			if cfg.WebhookAllow, err = parseCIDRs("--webhook-allow-cidr", hooks); err != nil {
 				return err
 			}
 			cfg.Backends = bf.backends()
@@ -69,6 +75,10 @@ func newServeCmd() *cobra.Command {
 		"sandboxes may reserve this many times the host's memory; beyond that creates get 503")
 	f.Float64Var(&cfg.Capacity.DiskOvercommit, "disk-overcommit", 8,
 		"sandboxes may reserve this many times the data dir's filesystem (disks are sparse)")
+	f.StringSliceVar(&hooks, "webhook-allow-cidr", envList("MOAT_WEBHOOK_ALLOW_CIDR"),
+		"networks webhook deliveries may reach besides the public internet (loopback, private and link-local "+
+			"addresses and this host's own are refused otherwise): CIDR, comma-separated or repeated "+
+			"(env MOAT_WEBHOOK_ALLOW_CIDR)")
 	f.StringArrayVar(&pools, "pool", nil,
 		"keep N warm sandboxes of TEMPLATE ready for creates: TEMPLATE=N (repeatable)")
 	return cmd
@@ -91,6 +101,35 @@ func parsePools(vals []string) ([]orchestrator.PoolSpec, error) {
 		out = append(out, orchestrator.PoolSpec{Template: name, Size: size})
 	}
 	return out, nil
+}
+
+// parseCIDRs reads a flag's CIDR blocks (an address alone is its /32 or /128).
+func parseCIDRs(flag string, vals []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range vals {
+		v = strings.TrimSpace(v)
+		if v == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			a, aerr := netip.ParseAddr(v)
+			if aerr != nil {
+				return nil, fmt.Errorf("%s %q: want a CIDR block such as 10.0.0.0/8 or an address", flag, v)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// envList is a comma-separated environment variable's values (nil when unset).
+func envList(name string) []string {
+	if v := os.Getenv(name); v != "" {
+		return strings.Split(v, ",")
+	}
+	return nil
 }
 
 // maxPoolSize bounds one warm pool.

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/build"
 	"github.com/moatsh/moat/internal/cloexec"
+	"github.com/moatsh/moat/internal/events"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/proxy"
 	"github.com/moatsh/moat/internal/runtime"
@@ -28,6 +30,7 @@ import (
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/template"
 	"github.com/moatsh/moat/internal/volume"
+	"github.com/moatsh/moat/internal/webhook"
 )
 
 // Config is `moat serve`'s configuration. DataDir is required.
@@ -70,6 +73,10 @@ type Config struct {
 	// CA) that requests with network.rules headers may be forwarded to, on
 	// top of the system pool ("" = the system pool only).
 	EgressUpstreamCA string
+	// WebhookAllow are networks webhook deliveries may reach although they
+	// are not public (loopback, private, this host's addresses: refused
+	// otherwise; see package webhook).
+	WebhookAllow []netip.Prefix
 }
 
 // Validate fills defaults and checks required fields.
@@ -153,7 +160,8 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	defer closeRuntimes()
 	log.Info("using runtime", "runtime", rts[0].Name(), "enabled", cfg.Runtime, "available", runtime.Names())
-	orch, err := newOrchestrator(cfg, db, rts, egressCA)
+	hooks := webhook.New(webhook.Config{Store: db, Logger: log, Allow: cfg.WebhookAllow})
+	orch, err := newOrchestrator(cfg, db, rts, egressCA, hooks.Record)
 	if err != nil {
 		return err
 	}
@@ -165,12 +173,13 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	runCtx, stopReaper := context.WithCancel(ctx)
 	defer stopReaper()
-	runDone := make(chan struct{})
+	runDone, hooksDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(runDone); orch.Run(runCtx) }()
+	go func() { defer close(hooksDone); hooks.Run(runCtx) }()
 	orch.StartPools(runCtx)
 	// Before the store closes: the pools kill their members, and Run's
 	// timeouts and process watches finish what they started.
-	defer func() { stopReaper(); orch.WaitPools(); <-runDone }()
+	defer func() { stopReaper(); orch.WaitPools(); <-runDone; <-hooksDone }()
 
 	builds, err := newBuilds(ctx, cfg, db, buildRuntime(ctx, rts, log))
 	if err != nil {
@@ -192,7 +201,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		}
 	}()
 	api := server.New(server.Config{Store: db, Orch: orch, Logger: log, Builds: builds, Volumes: vols,
-		Secrets: secretSvc})
+		Secrets: secretSvc, Webhooks: hooks})
 	if err := recoverVolumes(ctx, db, api); err != nil { // volumes.go
 		log.Warn("volumes of recovered sandboxes", "err", err)
 	}
@@ -281,7 +290,8 @@ func newHTTPServer(api http.Handler, px *proxy.Proxy, log *slog.Logger) *http.Se
 // cfg.Admission.Concurrency heavy operations at once, and creates refused
 // (503) once the live sandboxes' reservations fill cfg.Capacity's model of
 // the host.
-func newOrchestrator(cfg Config, db *store.DB, rts []runtime.Runtime, egressCA []byte) (*orchestrator.Orchestrator, error) {
+func newOrchestrator(cfg Config, db *store.DB, rts []runtime.Runtime, egressCA []byte,
+	onEvent func(context.Context, events.Event)) (*orchestrator.Orchestrator, error) {
 	var orch *orchestrator.Orchestrator
 	capacity := cfg.Capacity
 	capacity.Reserved = func() admission.Need { return orch.Reserved() }
@@ -291,7 +301,8 @@ func newOrchestrator(cfg Config, db *store.DB, rts []runtime.Runtime, egressCA [
 	adm := cfg.Admission
 	adm.Room = capacity.Room
 	orch, err := orchestrator.New(orchestrator.Config{Store: db, Runtimes: rts, Logger: cfg.Logger,
-		MaxTimeout: cfg.MaxTimeout, EnvdPort: cfg.EnvdPort, Admission: admission.New(adm), Pools: cfg.Pools, EgressCA: egressCA})
+		MaxTimeout: cfg.MaxTimeout, EnvdPort: cfg.EnvdPort, Admission: admission.New(adm), Pools: cfg.Pools, EgressCA: egressCA,
+		Events: onEvent})
 	if err != nil {
 		return nil, err
 	}

@@ -39,13 +39,18 @@ func start(t *testing.T, dir string, envdPort int) (base string, stdout *syncBuf
 
 func startRuntime(t *testing.T, dir string, envdPort int, rtName string) (base string, stdout *syncBuf, stop func()) {
 	t.Helper()
+	return startWith(t, Config{DataDir: dir, EnvdPort: envdPort, Runtime: rtName})
+}
+
+// startWith runs Serve with cfg on a free port and the test's own host
+// lock, its output captured.
+func startWith(t *testing.T, cfg Config) (base string, stdout *syncBuf, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout, stderr := &syncBuf{}, &syncBuf{}
+	cfg.Addr, cfg.Stdout, cfg.Stderr, cfg.HostLock = "127.0.0.1:0", stdout, stderr, testHostLock(t)
 	done := make(chan error, 1)
-	go func() {
-		done <- Serve(ctx, Config{Addr: "127.0.0.1:0", DataDir: dir, Runtime: rtName, Stdout: stdout,
-			Stderr: stderr, EnvdPort: envdPort, HostLock: testHostLock(t)})
-	}()
+	go func() { done <- Serve(ctx, cfg) }()
 	re := regexp.MustCompile(`moat listening on (\S+)`)
 	testkit.WaitFor(t, 5*time.Second, "listening line", func() bool { return re.MatchString(stderr.String()) })
 	base = "http://" + re.FindStringSubmatch(stderr.String())[1]

@@ -7,6 +7,7 @@ import (
 
 	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/events"
 	"github.com/moatsh/moat/internal/store"
 )
 
@@ -22,12 +23,14 @@ func (o *Orchestrator) Kill(ctx context.Context, team, id string) error {
 		return err
 	}
 	defer e.Op.Unlock()
-	return o.killLocked(ctx, e, id)
+	return o.killLocked(ctx, e, id, "request")
 }
 
-func (o *Orchestrator) killLocked(ctx context.Context, e *entry, id string) error {
+// killLocked kills sandbox id for reason (the killed event's kill_reason).
+func (o *Orchestrator) killLocked(ctx context.Context, e *entry, id, reason string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
 	defer cancel()
+	sb := o.live.Sandbox(e)
 	if err := o.rt.Kill(ctx, id); err != nil {
 		return fmt.Errorf("kill sandbox %s: %w", id, err)
 	}
@@ -35,6 +38,7 @@ func (o *Orchestrator) killLocked(ctx context.Context, e *entry, id string) erro
 		return err
 	}
 	o.forgetLocked(e, id)
+	o.emitKilled(ctx, sb, reason)
 	o.log.Info("sandbox killed", "sandboxID", id)
 	return nil
 }
@@ -77,7 +81,11 @@ func (o *Orchestrator) pauseLocked(ctx context.Context, e *entry) error {
 	}
 	sb.State = store.StatePaused
 	sb.EndAt = o.clock.Now().UTC()
-	return o.commit(ctx, e, sb)
+	if err := o.commit(ctx, e, sb); err != nil {
+		return err
+	}
+	o.emit(ctx, events.Paused, sb, withMetadata(o.ended(sb), sb))
+	return nil
 }
 
 // Resume continues a paused sandbox with a new timeout. ErrConflict when it
@@ -144,6 +152,7 @@ func (o *Orchestrator) resumeLocked(ctx context.Context, e *entry, sb store.Sand
 	if err := o.commit(ctx, e, sb); err != nil {
 		return sb, err
 	}
+	o.emit(ctx, events.Resumed, sb, withMetadata(nil, sb))
 	if resumeErr != nil {
 		o.log.Error("resumed sandbox is not healthy", "sandboxID", sb.ID, "err", resumeErr)
 		return sb, fmt.Errorf("resume sandbox %s: %w", sb.ID, resumeErr)
@@ -243,7 +252,11 @@ func (o *Orchestrator) SetTimeout(ctx context.Context, team, id string, d time.D
 		return errdefs.Publicf(errdefs.ErrInvalidArgument, "Max instance length exceeded")
 	}
 	sb.EndAt = o.capEnd(sb, o.clock.Now().Add(d))
-	return o.commit(ctx, e, sb)
+	if err := o.commit(ctx, e, sb); err != nil {
+		return err
+	}
+	o.emitTimeout(ctx, sb)
+	return nil
 }
 
 func (o *Orchestrator) extendLocked(ctx context.Context, e *entry, sb store.Sandbox, d time.Duration) (store.Sandbox, error) {
@@ -252,8 +265,11 @@ func (o *Orchestrator) extendLocked(ctx context.Context, e *entry, sb store.Sand
 		return sb, nil
 	}
 	sb.EndAt = end
-	err := o.commit(ctx, e, sb)
-	return sb, err
+	if err := o.commit(ctx, e, sb); err != nil {
+		return sb, err
+	}
+	o.emitTimeout(ctx, sb)
+	return sb, nil
 }
 
 // capEnd limits an end time to StartedAt + MaxTimeout.

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/events"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/store"
 )
@@ -69,6 +70,8 @@ func (o *Orchestrator) UpdateNetwork(ctx context.Context, team, id string, u Net
 		}
 		return old, err
 	}
+	o.emit(ctx, events.Updated, sb, withMetadata(map[string]any{"network": map[string]any{
+		"allowOut": allow, "denyOut": deny, "allowInternetAccess": sb.AllowInternet}}, sb))
 	o.log.Info("sandbox network policy updated", "sandboxID", id, "allowOut", allow, "denyOut", deny,
 		"internet", sb.AllowInternet)
 	return sb, nil

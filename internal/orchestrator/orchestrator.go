@@ -12,6 +12,7 @@ import (
 
 	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/events"
 	"github.com/moatsh/moat/internal/orchestrator/clock"
 	"github.com/moatsh/moat/internal/orchestrator/envdcall"
 	"github.com/moatsh/moat/internal/orchestrator/livetable"
@@ -68,6 +69,11 @@ type Config struct {
 	EnvdPort     int           // envd's port inside the sandbox (default 49983; tests change it)
 	ReadyTimeout time.Duration // how long Create waits for envd (default 30 s)
 	HTTPClient   *http.Client  // for envd /health and /init
+
+	// Events receives the sandboxes' lifecycle events (package events;
+	// webhook.Service.Record stores and delivers them); nil drops them.
+	// It is called under the sandbox's lock and must not block for long.
+	Events func(ctx context.Context, ev events.Event)
 }
 
 // CreateRequest is a validated create call.
@@ -249,6 +255,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 		return store.Sandbox{}, err
 	}
 	o.add(sb, h.Addr)
+	o.emit(ctx, events.Created, sb, withMetadata(nil, sb))
 	log.Info("sandbox created", "addr", sb.Addr, "runtime", sb.Runtime)
 	return sb, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/admission"
+	"github.com/moatsh/moat/internal/events"
 	"github.com/moatsh/moat/internal/orchestrator/warmpool"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/store"
@@ -159,6 +160,7 @@ func (o *Orchestrator) createPooled(ctx context.Context, req CreateRequest, tpl 
 		return store.Sandbox{}, false
 	}
 	o.add(sb, m.Handle.Addr)
+	o.emit(ctx, events.Created, sb, withMetadata(nil, sb))
 	log.Info("sandbox created from the warm pool", "addr", sb.Addr, "age", time.Since(m.Made).Round(time.Millisecond),
 		"took", steps[3].Sub(start).Round(time.Microsecond), "network", steps[0].Sub(start).Round(time.Microsecond),
 		"init", steps[1].Sub(steps[0]).Round(time.Microsecond), "start_cmd", steps[2].Sub(steps[1]).Round(time.Microsecond),

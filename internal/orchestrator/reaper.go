@@ -68,7 +68,7 @@ func (o *Orchestrator) expire(ctx context.Context, id string) {
 			log.Error("auto-pause failed; killing", "err", err)
 		}
 	}
-	if err := o.killLocked(ctx, e, sb.ID); err != nil {
+	if err := o.killLocked(ctx, e, sb.ID, "timeout"); err != nil {
 		log.Error("kill on timeout; retrying", "err", err, "in", expireRetry)
 		o.reaper.Rearm(sb.ID, expireRetry)
 		return
@@ -93,6 +93,7 @@ func (o *Orchestrator) died(ctx context.Context, id string, gen uint64, st runti
 	// it fail, the row is deleted anyway: the next start's Recover removes
 	// what is left of a sandbox the store does not list.
 	o.forgetLocked(e, sb.ID)
+	o.emitKilled(ctx, sb, "exited")
 	log := o.log.With("sandboxID", sb.ID)
 	log.Warn("sandbox died on its own: removed", "status", st.String(), "oom", st.OOMKilled, "waitErr", waitErr)
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/events"
 	"github.com/moatsh/moat/internal/orchestrator/sandboxspec"
 	"github.com/moatsh/moat/internal/randid"
 	"github.com/moatsh/moat/internal/runtime"
@@ -65,6 +66,7 @@ func (o *Orchestrator) Snapshot(ctx context.Context, team, id, name string) (sto
 		}
 		return store.Snapshot{}, err
 	}
+	o.emit(ctx, events.Checkpointed, sb, withMetadata(map[string]any{"snapshot_id": snap.ID}, sb))
 	o.log.Info("snapshot taken", "sandboxID", id, "snapshotID", snap.ID, "took", time.Since(start).Round(time.Millisecond))
 	return snap, nil
 }

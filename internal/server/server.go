@@ -25,6 +25,7 @@ import (
 	"github.com/moatsh/moat/internal/server/templateapi"
 	"github.com/moatsh/moat/internal/server/volumeapi"
 	"github.com/moatsh/moat/internal/volume"
+	"github.com/moatsh/moat/internal/webhook"
 )
 
 // MaxBodyBytes bounds every request body.
@@ -41,6 +42,9 @@ type Config struct {
 	Volumes *volume.Manager
 	// Secrets serves /secrets; nil answers it with 501.
 	Secrets *secrets.Service
+	// Webhooks serves /events (lifecycle events and webhooks, kept in
+	// Store); nil answers them with 501.
+	Webhooks *webhook.Service
 }
 
 // Server is an http.Handler for the REST API.
@@ -56,6 +60,7 @@ type Server struct {
 	secretAPI *secretapi.API   // the secrets API, when secrets are on
 	templates *templateapi.API // the build API, when builds are on
 	secrets   *secrets.Service // nil: /secrets answers 501
+	webhooks  *webhook.Service // nil: /events answers 501
 }
 
 // New returns the REST handler.
@@ -64,7 +69,7 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{db: cfg.Store, orch: cfg.Orch, log: cfg.Logger, mux: http.NewServeMux(), builds: cfg.Builds,
-		volumes: cfg.Volumes, secrets: cfg.Secrets}
+		volumes: cfg.Volumes, secrets: cfg.Secrets, webhooks: cfg.Webhooks}
 	s.routes()
 	return s
 }
@@ -98,6 +103,7 @@ func (s *Server) routes() {
 	m.HandleFunc("PUT /sandboxes/{id}/network", s.auth(s.withID(s.updateNetwork)))
 	m.HandleFunc("GET /moat/pools", s.auth(s.listPools))
 	s.secretRoutes()
+	s.eventRoutes()
 	// Parts of the E2B API Moat does not implement yet answer 501 rather
 	// than a 404 the SDKs would read as "sandbox not found".
 	// Per-sandbox ones still answer 404 for an unknown or malformed ID.

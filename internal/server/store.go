@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 
+	"github.com/moatsh/moat/internal/server/eventapi"
 	"github.com/moatsh/moat/internal/server/volumeapi"
 	"github.com/moatsh/moat/internal/store"
 )
@@ -24,7 +25,11 @@ type Store interface {
 	TemplateStore
 	BuildStore
 	VolumeStore
+	EventStore
 }
+
+// EventStore keeps teams' lifecycle events and webhooks (see eventapi.Store).
+type EventStore = eventapi.Store
 
 // APIKeyChecker authenticates requests.
 type APIKeyChecker interface {

@@ -19,6 +19,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/store/eventstore"
 	"github.com/moatsh/moat/internal/store/secretstore"
 	"github.com/moatsh/moat/internal/store/sqlbase"
 )
@@ -42,6 +43,7 @@ type DB struct {
 	w *sql.DB // the one writer
 	r *sql.DB // readers
 	*secretstore.Table
+	*eventstore.Tables
 }
 
 // maxReaders bounds the read pool: enough for list and lookup requests to
@@ -83,6 +85,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	}
 	d.r.SetMaxOpenConns(maxReaders)
 	d.Table = secretstore.New(d.w, d.r)
+	d.Tables = eventstore.New(d.w, d.r)
 	if err := restrict(path); err != nil { // -wal and -shm exist now
 		d.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)

@@ -26,6 +26,7 @@ import (
 	"github.com/moatsh/moat/internal/secrets"
 	"github.com/moatsh/moat/internal/server"
 	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/webhook"
 )
 
 // Store is what an implementation must offer: the union of its users'
@@ -36,6 +37,7 @@ type Store interface {
 	server.Store
 	build.Store
 	secrets.Store
+	webhook.Store
 
 	// UpsertTemplate inserts t or updates the template named t.Name in
 	// place, keeping its ID, CreatedAt and spawn statistics; an empty
@@ -73,6 +75,9 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Volumes", volumes},
 		{"Secrets", secretsCRUD},
 		{"ListSecrets", listSecrets},
+		{"Events", eventsList},
+		{"Webhooks", webhooksCRUD},
+		{"Deliveries", deliveries},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
