@@ -9,6 +9,7 @@ import (
 	"github.com/moatsh/moat/internal/events"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 // TestEvents: each change of a sandbox makes E2B's event, in order, with
@@ -74,5 +75,46 @@ func TestEvents(t *testing.T) {
 	run1, run2 := got[0].ExecutionID, got[4].ExecutionID
 	if got[3].ExecutionID != run1 || run2 == run1 || got[6].ExecutionID != run2 {
 		t.Errorf("execution IDs %s %s %s %s: want one per run", run1, got[3].ExecutionID, run2, got[6].ExecutionID)
+	}
+}
+
+// TestEventsOfTimeoutsAndSnapshots: the reaper's kill and auto-pause and
+// a snapshot make their events too.
+func TestEventsOfTimeoutsAndSnapshots(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	byID := map[string][]events.Event{}
+	clock := orchestratortest.NewClock()
+	env := orchestratortest.New(t, orchestrator.Config{Clock: clock, Events: func(_ context.Context, ev events.Event) {
+		mu.Lock()
+		byID[ev.SandboxID] = append(byID[ev.SandboxID], ev)
+		mu.Unlock()
+	}})
+	snapped := create(t, env, orchestrator.CreateRequest{Timeout: time.Hour})
+	snap, err := env.Orch.Snapshot(ctx, team, snapped.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	killMe := create(t, env, orchestrator.CreateRequest{Timeout: time.Second})
+	pauseMe := create(t, env, orchestrator.CreateRequest{Timeout: time.Second, AutoPause: true})
+	clock.Advance(2 * time.Second)
+	run(t, env)
+	last := func(id string) events.Event {
+		mu.Lock()
+		defer mu.Unlock()
+		evs := byID[id]
+		if len(evs) == 0 {
+			return events.Event{}
+		}
+		return evs[len(evs)-1]
+	}
+	testkit.WaitFor(t, reaperWait, "timeout events", func() bool {
+		return last(killMe.ID).Type == events.Killed && last(pauseMe.ID).Type == events.Paused
+	})
+	if r := last(killMe.ID).EventData["kill_reason"]; r != "timeout" {
+		t.Errorf("kill_reason %v, want timeout", r)
+	}
+	if ev := last(snapped.ID); ev.Type != events.Checkpointed || ev.EventData["snapshot_id"] != snap.ID {
+		t.Errorf("after a snapshot: %s %v", ev.Type, ev.EventData)
 	}
 }
