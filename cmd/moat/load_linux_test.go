@@ -131,21 +131,25 @@ func watchLatency(c *http.Client, s *realServer, path string, stop <-chan struct
 	return out
 }
 
-// TestLoadAdmission fires MOAT_LOAD_CREATES creates at once (default 150;
-// 1000 in the full tier, testkit.Full) at a real server with the default
-// admission settings (admission.DefaultConcurrency running, a queue of 4 ×
-// that: 20 in all, far below either burst). Every request must get 201,
-// 429 (with Retry-After) or 503 — never a 500 — a burst beyond what runs
-// and waits must be refused in part (429 or 503), refusals must come
-// sooner than admitted creates (they never wait for a slot), /health and
-// the sandbox list must keep answering throughout (every poll a 200; their
-// slowest answers are printed, not asserted: this host's load decides
-// them), and after the created sandboxes are killed nothing of theirs may
-// be left on the host.
+// TestLoadAdmission fires MOAT_LOAD_CREATES creates at once (default 100,
+// ComputeSDK's burst; 1000 in the full tier, testkit.Full) at a real
+// server with the default admission settings (admission.DefaultConcurrency
+// running, the rest queued while their expected wait is under
+// admission.DefaultMaxWait). Every request must get 201, 429 (with
+// Retry-After) or 503 — never a 500. A burst the host can hold is queued,
+// not refused: at least half of the default burst must be created (all of
+// it unless this host's load makes the expected wait pass a minute; the
+// count is printed). A burst beyond what fits in memory (the full tier's
+// 1000 × 512 MiB against 4 × the host's memory) must be refused in part;
+// 429s come at once, sooner than admitted creates. /health and the sandbox
+// list must keep answering throughout (every poll a 200; their slowest
+// answers are printed, not asserted: this host's load decides them), and
+// after the created sandboxes are killed nothing of theirs may be left on
+// the host.
 func TestLoadAdmission(t *testing.T) {
 	rootfs := requireRealServer(t)
 	s := startServer(t, newDataDir(t, rootfs))
-	def := 150
+	def := 100
 	if testkit.Full() {
 		def = 1000
 	}
@@ -203,11 +207,15 @@ func TestLoadAdmission(t *testing.T) {
 	if len(ids) == 0 {
 		t.Error("no create succeeded")
 	}
-	// More than run and wait at once (`moat serve`'s defaults of
-	// --max-concurrent-ops and --op-queue): some must be turned away.
-	if admitted := admission.DefaultConcurrency + 4*admission.DefaultConcurrency; n > admitted &&
-		len(byStatus[http.StatusTooManyRequests])+len(byStatus[http.StatusServiceUnavailable]) == 0 {
-		t.Errorf("%d creates at once, at most %d running or waiting: none refused with 429 or 503", n, admitted)
+	refused := len(byStatus[http.StatusTooManyRequests]) + len(byStatus[http.StatusServiceUnavailable])
+	if n <= 100 && len(ids) < n/2 {
+		t.Errorf("%d creates at once: only %d created (%d refused); a burst the host can hold must wait, not fail", n, len(ids), refused)
+	}
+	// More than the host's memory model holds (512 MiB each against
+	// --mem-overcommit 4 × memory) or the queue's minute: some must be
+	// turned away.
+	if n >= 1000 && refused == 0 {
+		t.Errorf("%d creates at once: none refused with 429 or 503", n)
 	}
 	// A refusal is immediate: it never waits for a slot, so it comes
 	// sooner than the creates that got one.

@@ -68,9 +68,12 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&cfg.Domain, "domain", envOr("", "MOAT_DOMAIN"),
 		"domain for sandbox hosts {port}-{id}.DOMAIN (env MOAT_DOMAIN)")
 	f.IntVar(&cfg.Admission.Concurrency, "max-concurrent-ops", admission.DefaultConcurrency,
-		"creates, resumes, pauses and snapshots run at once; more wait in a queue")
-	f.IntVar(&cfg.Admission.Queue, "op-queue", 4*admission.DefaultConcurrency,
-		"operations that may wait for a slot; beyond that requests get 429 with Retry-After at once (-1: no queue)")
+		"creates, resumes, pauses and snapshots run at once; more wait in a queue where teams take turns")
+	f.DurationVar(&cfg.Admission.MaxWait, "op-max-wait", admission.DefaultMaxWait,
+		"longest a request is expected to wait in the queue (a client's earlier deadline shortens it); "+
+			"a request that would wait longer gets 429 with the expected excess as Retry-After at once")
+	f.IntVar(&cfg.Admission.Queue, "op-queue", admission.DefaultQueue,
+		"requests that may wait at once, whatever the expected wait; beyond that 429 at once (-1: no queue)")
 	f.Float64Var(&cfg.Capacity.MemOvercommit, "mem-overcommit", 4,
 		"sandboxes may reserve this many times the host's memory; beyond that creates get 503")
 	f.Float64Var(&cfg.Capacity.DiskOvercommit, "disk-overcommit", 8,

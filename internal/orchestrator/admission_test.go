@@ -81,3 +81,43 @@ func TestAdmission(t *testing.T) {
 		t.Fatalf("admission slots held after everything finished: %+v", s)
 	}
 }
+
+// TestTwoTeamsBurstBothProgress: a team that bursts after another is
+// served in turn: all its creates finish while most of the first team's
+// burst still waits.
+func TestTwoTeamsBurstBothProgress(t *testing.T) {
+	adm := admission.New(admission.Config{Concurrency: 2, MaxWait: time.Hour})
+	env := orchestratortest.New(t, orchestrator.Config{Admission: adm})
+	env.Runtime.CreateF = func(runtime.Spec) error { time.Sleep(20 * time.Millisecond); return nil }
+	ctx := context.Background()
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	burst := func(team string, n int) {
+		for range n {
+			wg.Go(func() {
+				if _, err := env.Orch.Create(ctx, orchestrator.CreateRequest{Team: team, Template: "base", Timeout: time.Minute}); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				order = append(order, team)
+				mu.Unlock()
+			})
+		}
+	}
+	burst("team-a", 30)
+	testkit.WaitFor(t, 5*time.Second, "team a's burst to queue", func() bool { return adm.Stats().Waiting >= 20 })
+	burst("team-b", 5)
+	wg.Wait()
+	lastB := 0
+	for i, team := range order {
+		if team == "team-b" {
+			lastB = i
+		}
+	}
+	// Turns alternate: b's fifth is done within about ten more creates.
+	if lastB > 20 {
+		t.Fatalf("team b's last create finished %d of %d: %v", lastB+1, len(order), order)
+	}
+}

@@ -59,7 +59,7 @@ func (o *Orchestrator) Pause(ctx context.Context, team, id string) error {
 	defer e.Op.Unlock()
 	// The reaper's auto-pause skips admission: it must not turn into a kill
 	// because the server is busy.
-	release, err := o.admit(ctx, "pause", admission.Need{})
+	release, err := o.admit(ctx, admission.Request{Op: "pause", Team: team})
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func (o *Orchestrator) Resume(ctx context.Context, team, id string, timeout time
 }
 
 func (o *Orchestrator) resumeLocked(ctx context.Context, e *entry, sb store.Sandbox, timeout time.Duration) (store.Sandbox, error) {
-	release, err := o.admit(ctx, "resume", admission.Need{MemoryMiB: sb.MemoryMB})
+	release, err := o.admit(ctx, admission.Request{Op: "resume", Team: sb.Team, Need: admission.Need{MemoryMiB: sb.MemoryMB}})
 	if err != nil {
 		return sb, err
 	}

@@ -204,7 +204,8 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 		return store.Sandbox{}, err
 	}
 	defer o.live.HoldTemplate(tpl.ID)()
-	release, err := o.admit(ctx, "create", admission.Need{MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB})
+	release, err := o.admit(ctx, admission.Request{Op: "create", Team: req.Team,
+		Need: admission.Need{MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB}})
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -421,11 +422,11 @@ func (o *Orchestrator) add(sb store.Sandbox, addr netip.Addr) {
 
 // admit asks the admission controller for a slot for op; without one every
 // operation is admitted at once.
-func (o *Orchestrator) admit(ctx context.Context, op string, need admission.Need) (release func(), err error) {
+func (o *Orchestrator) admit(ctx context.Context, r admission.Request) (release func(), err error) {
 	if o.cfg.Admission == nil {
 		return func() {}, nil
 	}
-	return o.cfg.Admission.Admit(ctx, op, need)
+	return o.cfg.Admission.Admit(ctx, r)
 }
 
 // Reserved is what the live sandboxes reserve on the host: the memory of

@@ -45,7 +45,8 @@ func (s poolSource) Make(ctx context.Context, tpl store.Template) (_ *warmpool.M
 	}
 	spec.Background = true // yields the CPU to sandboxes in use until handed out
 	release := o.live.HoldTemplate(tpl.ID)
-	done, err := o.admit(ctx, "pool", admission.Need{MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB})
+	done, err := o.admit(ctx, admission.Request{Op: "pool", Background: true,
+		Need: admission.Need{MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB}})
 	if err != nil {
 		release()
 		return nil, err

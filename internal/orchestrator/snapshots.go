@@ -47,7 +47,7 @@ func (o *Orchestrator) Snapshot(ctx context.Context, team, id, name string) (sto
 	snap := store.Snapshot{ID: "snap" + randid.New(16), Team: sb.Team, Name: name, SandboxID: id, TemplateID: sb.TemplateID,
 		Alias: sb.Alias, Runtime: sb.Runtime, CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB,
 		DiskSizeMB: sb.DiskSizeMB, EnvVars: sb.EnvVars, EnvdAccessToken: sb.EnvdAccessToken}
-	release, err := o.admit(ctx, "snapshot", admission.Need{})
+	release, err := o.admit(ctx, admission.Request{Op: "snapshot", Team: team})
 	if err != nil {
 		return store.Snapshot{}, err
 	}
