@@ -153,8 +153,8 @@ func (c *Controller) Admit(ctx context.Context, r Request) (release func(), err 
 	if c.cfg.Room != nil && r.Need != (Need{}) {
 		if err := c.cfg.Room(r.Need); err != nil {
 			release()
-			return nil, &RetryError{After: 5 * c.cfg.RetryAfter,
-				Err: fmt.Errorf("%s: the host has no room for another sandbox (%w): %w", r.Op, err, errdefs.ErrUnavailable)}
+			return nil, &RetryError{After: 5 * c.cfg.RetryAfter, Err: errdefs.WithCode(fmt.Errorf(
+				"%s: the host has no room for another sandbox (%w): %w", r.Op, err, errdefs.ErrUnavailable), errdefs.CodeCapacityUnavailable)}
 		}
 	}
 	return release, nil
@@ -198,17 +198,17 @@ func (c *Controller) refuse(ctx context.Context, r Request) error {
 		return nil // runs at once
 	}
 	if c.waiting >= c.cfg.Queue {
-		return &RetryError{After: c.retryAfter(c.expected(c.waiting)), Err: errdefs.Publicf(errdefs.ErrResourceExhausted,
-			"%s: the server is at capacity (%d running, %d waiting); retry later", r.Op, c.running, c.waiting)}
+		return &RetryError{After: c.retryAfter(c.expected(c.waiting)), Err: errdefs.WithCode(errdefs.Publicf(errdefs.ErrResourceExhausted,
+			"%s: the server is at capacity (%d running, %d waiting); retry later", r.Op, c.running, c.waiting), errdefs.CodeCapacityUnavailable)}
 	}
 	budget := c.cfg.MaxWait
 	if dl, ok := ctx.Deadline(); ok {
 		budget = min(budget, time.Until(dl))
 	}
 	if exp := c.expected(c.ahead(r.Team) + 1); exp > budget {
-		return &RetryError{After: c.retryAfter(exp - budget), Err: errdefs.Publicf(errdefs.ErrResourceExhausted,
+		return &RetryError{After: c.retryAfter(exp - budget), Err: errdefs.WithCode(errdefs.Publicf(errdefs.ErrResourceExhausted,
 			"%s: the server is at capacity (%d running, %d waiting, about %s to wait, more than %s); retry later",
-			r.Op, c.running, c.waiting, exp.Round(100*time.Millisecond), budget.Round(100*time.Millisecond))}
+			r.Op, c.running, c.waiting, exp.Round(100*time.Millisecond), budget.Round(100*time.Millisecond)), errdefs.CodeCapacityUnavailable)}
 	}
 	return nil
 }

@@ -98,3 +98,42 @@ func PublicMessage(err error) (string, bool) {
 	}
 	return pe.msg, true
 }
+
+// Machine-readable codes of E2B's error body (its `error_code`, "not a
+// closed set"): the ones Moat sends.
+const (
+	CodeCapacityUnavailable = "sandbox_capacity_unavailable"
+	CodeCreateFailed        = "sandbox_create_failed"
+	CodeInternal            = "internal_server_error"
+)
+
+// codedError carries an error_code beside its error.
+type codedError struct {
+	err  error
+	code string
+}
+
+func (e *codedError) Error() string     { return e.err.Error() }
+func (e *codedError) Unwrap() error     { return e.err }
+func (e *codedError) ErrorCode() string { return e.code }
+
+// WithCode marks err with E2B's machine-readable error_code (nil stays nil;
+// an error that has a code keeps its first).
+func WithCode(err error, code string) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := ErrorCode(err); ok {
+		return err
+	}
+	return &codedError{err: err, code: code}
+}
+
+// ErrorCode returns the error_code err carries, if any.
+func ErrorCode(err error) (string, bool) {
+	var c interface{ ErrorCode() string }
+	if errors.As(err, &c) {
+		return c.ErrorCode(), true
+	}
+	return "", false
+}

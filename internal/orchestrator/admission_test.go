@@ -52,6 +52,9 @@ func TestAdmission(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrResourceExhausted) || !errors.As(err, &re) {
 		t.Fatalf("create at capacity = %v, want ErrResourceExhausted with Retry-After", err)
 	}
+	if code, _ := errdefs.ErrorCode(err); code != errdefs.CodeCapacityUnavailable {
+		t.Fatalf("error_code %q", code)
+	}
 	cancel()
 	if err := <-queued; !errors.Is(err, context.Canceled) {
 		t.Fatalf("abandoned create = %v", err)
@@ -73,6 +76,9 @@ func TestAdmission(t *testing.T) {
 	_, err = env.Orch.Create(ctx, req)
 	if !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("create on a full host = %v, want ErrUnavailable", err)
+	}
+	if code, _ := errdefs.ErrorCode(err); code != errdefs.CodeCapacityUnavailable {
+		t.Fatalf("error_code %q", code)
 	}
 	if n := env.Runtime.Count(); n != 1 {
 		t.Fatalf("a refused create reached the runtime: %d sandboxes", n)

@@ -225,6 +225,7 @@ func (o *Orchestrator) Create(ctx context.Context, req CreateRequest) (_ store.S
 			}
 			_ = o.db.DeleteSandbox(kctx, sb.ID)
 			log.Warn("create failed", "err", retErr)
+			retErr = errdefs.WithCode(retErr, errdefs.CodeCreateFailed)
 		}
 	}()
 	// The policy is in place before the sandbox's network comes up.

@@ -117,6 +117,10 @@ func TestCreateFailures(t *testing.T) {
 			if got := len(env.Runtime.Killed()) > 0; got != tt.ranRt {
 				t.Fatalf("runtime kill called = %v, want %v", got, tt.ranRt)
 			}
+			// a create that failed in the runtime or envd says so to E2B's clients
+			if code, _ := errdefs.ErrorCode(err); (code == errdefs.CodeCreateFailed) != tt.ranRt {
+				t.Fatalf("error_code %q (runtime ran: %v)", code, tt.ranRt)
+			}
 			if env.Runtime.Count() != 0 {
 				t.Fatal("runtime sandbox leaked")
 			}

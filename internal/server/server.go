@@ -136,7 +136,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				panic(v)
 			}
 			s.log.Error("panic in handler", "method", r.Method, "path", r.URL.Path, "panic", v)
-			errhttp.WriteError(w, errdefs.ErrInternal)
+			errhttp.WriteError(w, errdefs.WithCode(errdefs.ErrInternal, errdefs.CodeInternal))
 		}
 	}()
 	if s.serveUpload(w, r) { // streams past MaxBodyBytes; signed, no API key
@@ -264,6 +264,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	} else if !public {
 		s.log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+	}
+	if status == http.StatusInternalServerError {
+		err = errdefs.WithCode(err, errdefs.CodeInternal)
 	}
 	errhttp.WriteError(w, err)
 }

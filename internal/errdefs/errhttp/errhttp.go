@@ -48,10 +48,12 @@ var nativeOnly = map[int]error{
 	http.StatusMethodNotAllowed:      errdefs.ErrNotImplemented,
 }
 
-// Error is E2B's error body.
+// Error is E2B's error body; ErrorCode is its machine-readable
+// error_code, sent only when the error carries one (errdefs.WithCode).
 type Error struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
+	Code      int    `json:"code"`
+	ErrorCode string `json:"error_code,omitempty"`
+	Message   string `json:"message"`
 }
 
 // ToHTTP returns the HTTP status for err's kind (500 when it has none).
@@ -92,7 +94,9 @@ func WriteError(w http.ResponseWriter, err error) {
 	if errors.As(err, &ra) && ra.RetryAfter() > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ra.RetryAfter().Seconds()))))
 	}
-	Write(w, ToHTTP(err), Message(err))
+	status := ToHTTP(err)
+	code, _ := errdefs.ErrorCode(err)
+	WriteJSON(w, status, Error{Code: status, ErrorCode: code, Message: Message(err)})
 }
 
 // Message is the client-facing text of err: its public text

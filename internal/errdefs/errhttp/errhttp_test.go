@@ -128,3 +128,26 @@ func TestWriteErrorRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorCode: E2B's error_code is sent when the error carries one, and
+// left out otherwise (envd's bodies, most API errors).
+func TestErrorCode(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{errdefs.WithCode(errdefs.Publicf(errdefs.ErrResourceExhausted, "busy"), errdefs.CodeCapacityUnavailable), `{"code":429,"error_code":"sandbox_capacity_unavailable","message":"busy"}`},
+		{errdefs.WithCode(errdefs.WithCode(errdefs.ErrInternal, errdefs.CodeCreateFailed), errdefs.CodeInternal), `{"code":500,"error_code":"sandbox_create_failed","message":"internal server error"}`},
+		{errdefs.Publicf(errdefs.ErrNotFound, "no such sandbox"), `{"code":404,"message":"no such sandbox"}`},
+		{errdefs.ErrInternal, `{"code":500,"message":"internal server error"}`},
+	} {
+		rec := httptest.NewRecorder()
+		WriteError(rec, tt.err)
+		if got := strings.TrimSpace(rec.Body.String()); got != tt.want {
+			t.Errorf("%v: body %s, want %s", tt.err, got, tt.want)
+		}
+	}
+	if errdefs.WithCode(nil, "x") != nil {
+		t.Error("WithCode(nil) is not nil")
+	}
+}
