@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -34,5 +35,22 @@ func TestSeriesPercentiles(t *testing.T) {
 	r := Report{CreateFirstCommand: Series{Samples: ms(30)}, Bare: Series{Samples: ms(20)}}
 	if got := r.Ratio(); got != 1.5 {
 		t.Errorf("Ratio = %v, want 1.5", got)
+	}
+}
+
+func TestTrimmed(t *testing.T) {
+	var s Series
+	for i := 1; i <= 100; i++ {
+		s.Samples = append(s.Samples, time.Duration(101-i)*time.Millisecond)
+	}
+	tr := s.Trimmed(0.05)
+	if len(tr.Samples) != 90 || tr.Samples[0] != 6*time.Millisecond || tr.Samples[89] != 95*time.Millisecond {
+		t.Fatalf("trimmed %d samples, %v..%v", len(tr.Samples), tr.Samples[0], tr.Samples[len(tr.Samples)-1])
+	}
+	if got := (Series{Samples: []time.Duration{3}}).Trimmed(0.05); len(got.Samples) != 1 {
+		t.Fatalf("one sample trimmed to %d", len(got.Samples))
+	}
+	if _, err := RunTTI(context.Background(), TTIConfig{Mode: "flood"}); err == nil {
+		t.Fatal("an unknown mode was accepted")
 	}
 }

@@ -42,6 +42,7 @@ func New(sh Shared) *cobra.Command {
 		verbose  bool
 		runtimes []string
 		startRT  string
+		ttiMode  string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -67,6 +68,9 @@ func New(sh Shared) *cobra.Command {
 			}
 			if tplBuild {
 				return benchTemplateBuild(cmd, dataDir, sh.Backends().OCIRuntime, n, verbose)
+			}
+			if ttiMode != "" {
+				return benchTTI(cmd, sh.Client(), tmpl, ttiMode, n, startRT)
 			}
 			cfg := bench.Config{Client: sh.Client(), Template: tmpl, N: n, Runtimes: runtimes}
 			if baseline {
@@ -105,11 +109,43 @@ func New(sh Shared) *cobra.Command {
 	cmd.Flags().IntVar(&dens.VMs, "vms", 50, "with --density: microVM sandboxes")
 	cmd.Flags().IntVar(&dens.VMMiB, "vm-memory", 256, "with --density: memory of each microVM, MiB")
 	cmd.Flags().DurationVar(&dens.Idle, "idle", 10*time.Second, "with --density: idle time before each memory reading")
+	cmd.Flags().StringVar(&ttiMode, "tti", "",
+		"time to interactive (create + first command) of --count sandboxes (default 100) through a running server, "+
+			"after ComputeSDK's methodology: sequential, staggered (200 ms apart), burst (all at once) or all; "+
+			"--runtime picks the runtime (create metadata moat.runtime)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "with --template-build: print every build's log; with --start: the in-process server's debug log (each create's steps)")
 	cmd.Flags().StringSliceVar(&runtimes, "runtimes", nil,
 		"measure create→first command on each of these runtimes (create metadata moat.runtime) of a server "+
 			"running them all, e.g. container,gvisor,vm")
 	return cmd
+}
+
+// benchTTI prints the time to interactive of n sandboxes per mode.
+func benchTTI(cmd *cobra.Command, c *moat.Client, tmpl, mode string, n int, rt string) error {
+	if !cmd.Flags().Changed("count") {
+		n = 100
+	}
+	if !cmd.Flags().Changed("runtime") {
+		rt = ""
+	}
+	modes := []string{mode}
+	if mode == "all" {
+		modes = bench.TTIModes
+	}
+	var reps []bench.TTIReport
+	for _, m := range modes {
+		rep, err := bench.RunTTI(cmd.Context(), bench.TTIConfig{Client: c, Template: tmpl, Mode: m, N: n, Runtime: rt})
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		reps = append(reps, rep)
+	}
+	label := rt
+	if label == "" {
+		label = "server default"
+	}
+	bench.PrintTTI(cmd.OutOrStdout(), label, reps)
+	return nil
 }
 
 // benchJail prints the QEMU jail's cost: medians of microVM create→first

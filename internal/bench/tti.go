@@ -1,0 +1,178 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	moat "github.com/moatsh/moat/sdk/go"
+)
+
+// TTI modes after ComputeSDK's public methodology: each sandbox's time to
+// interactive is its create plus its first command, measured by the
+// client.
+const (
+	Sequential = "sequential" // one after another
+	Staggered  = "staggered"  // one every Stagger, overlapping
+	Burst      = "burst"      // all at once
+)
+
+// TTIModes are the modes in the order `moat bench --tti all` runs them.
+var TTIModes = []string{Sequential, Staggered, Burst}
+
+// TTIConfig says what to measure.
+type TTIConfig struct {
+	Client   *moat.Client
+	Template string
+	Mode     string
+	N        int           // sandboxes (default 100)
+	Stagger  time.Duration // between starts in Staggered (default 200 ms)
+	Runtime  string        // create metadata moat.runtime ("" = the server's default)
+}
+
+// TTIReport is one mode's outcome.
+type TTIReport struct {
+	Mode      string
+	N         int
+	TTI       Series         // successful sandboxes only
+	Failures  map[string]int // error text (first line) → count
+	Wall      time.Duration  // from the first start to the last answer
+	ClientCPU time.Duration  // user+system CPU of this process meanwhile
+}
+
+// RunTTI measures cfg.N sandboxes in cfg.Mode; every sandbox made is
+// killed after all are measured (so that a burst holds them all at once).
+func RunTTI(ctx context.Context, cfg TTIConfig) (TTIReport, error) {
+	if cfg.N <= 0 {
+		cfg.N = 100
+	}
+	if cfg.Stagger <= 0 {
+		cfg.Stagger = 200 * time.Millisecond
+	}
+	if !slices.Contains(TTIModes, cfg.Mode) {
+		return TTIReport{}, fmt.Errorf("tti mode %q: want one of %s", cfg.Mode, strings.Join(TTIModes, ", "))
+	}
+	rep := TTIReport{Mode: cfg.Mode, N: cfg.N, TTI: Series{Name: "time to interactive (" + cfg.Mode + ")"},
+		Failures: map[string]int{}}
+	var mu sync.Mutex
+	var made []*moat.Sandbox
+	one := func() {
+		d, sb, err := tti(ctx, cfg)
+		mu.Lock()
+		defer mu.Unlock()
+		if sb != nil {
+			made = append(made, sb)
+		}
+		if err != nil {
+			rep.Failures[firstLine(err.Error())]++
+			return
+		}
+		rep.TTI.Samples = append(rep.TTI.Samples, d)
+	}
+	cpu0 := cpuTime()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range cfg.N {
+		switch cfg.Mode {
+		case Sequential:
+			one()
+		case Staggered:
+			if i > 0 {
+				time.Sleep(cfg.Stagger)
+			}
+			wg.Go(one)
+		case Burst:
+			wg.Go(one)
+		}
+	}
+	wg.Wait()
+	rep.Wall, rep.ClientCPU = time.Since(start), cpuTime()-cpu0
+	killAll(ctx, made)
+	return rep, nil
+}
+
+// tti creates one sandbox and runs its first command.
+func tti(ctx context.Context, cfg TTIConfig) (time.Duration, *moat.Sandbox, error) {
+	start := time.Now()
+	opts := moat.CreateOptions{Template: cfg.Template, Timeout: 10 * time.Minute}
+	if cfg.Runtime != "" {
+		opts.Metadata = map[string]string{"moat.runtime": cfg.Runtime}
+	}
+	sb, err := cfg.Client.CreateSandbox(ctx, opts)
+	if err != nil {
+		return 0, nil, fmt.Errorf("create: %w", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	code, err := sb.Run(rctx, "true", moat.RunOptions{})
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit code %d", code)
+	}
+	if err != nil {
+		return 0, sb, fmt.Errorf("first command: %w", err)
+	}
+	return time.Since(start), sb, nil
+}
+
+func killAll(ctx context.Context, sbs []*moat.Sandbox) {
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for _, sb := range sbs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			_ = sb.Kill(kctx)
+		})
+	}
+	wg.Wait()
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+// cpuTime is this process's user and system CPU so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Trimmed is s without the fastest and slowest frac of its samples each
+// (ComputeSDK trims 5 % on each side before its percentiles).
+func (s Series) Trimmed(frac float64) Series {
+	xs := slices.Clone(s.Samples)
+	sort.Slice(xs, func(i, j int) bool { return xs[i] < xs[j] })
+	k := int(float64(len(xs)) * frac)
+	if len(xs)-2*k <= 0 {
+		return Series{Name: s.Name, Samples: xs}
+	}
+	return Series{Name: s.Name, Samples: xs[k : len(xs)-k]}
+}
+
+// PrintTTI writes the reports as a table: success rate, trimmed median,
+// p95 and p99, wall time and the client's CPU.
+func PrintTTI(w io.Writer, label string, reps []TTIReport) {
+	fmt.Fprintf(w, "%-28s %5s %8s %9s %9s %9s %9s %10s\n", "time to interactive ("+label+")", "n", "success", "median", "p95", "p99",
+		"wall", "client cpu")
+	for _, r := range reps {
+		t := r.TTI.Trimmed(0.05)
+		fmt.Fprintf(w, "%-28s %5d %7.1f%% %9v %9v %9v %9v %10v\n", r.Mode, r.N, 100*float64(len(r.TTI.Samples))/float64(max(r.N, 1)),
+			t.Median().Round(time.Millisecond), t.Percentile(95).Round(time.Millisecond), t.Percentile(99).Round(time.Millisecond),
+			r.Wall.Round(10*time.Millisecond), r.ClientCPU.Round(10*time.Millisecond))
+		for msg, n := range r.Failures {
+			fmt.Fprintf(w, "    %d × %s\n", n, msg)
+		}
+	}
+}
