@@ -187,35 +187,40 @@ func (s *Service) deliverDue(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			s.deliver(ctx, q)
+			if !s.deliver(ctx, q) {
+				return // the outcome is not recorded: retry at the next wake, not in a loop
+			}
 		}
 	}
 }
 
-// deliver makes one attempt of q and records its outcome.
-func (s *Service) deliver(ctx context.Context, q store.Delivery) {
+// deliver makes one attempt of q and records its outcome; it reports
+// whether the record was written.
+func (s *Service) deliver(ctx context.Context, q store.Delivery) bool {
 	log := s.log.With("webhookID", q.WebhookID, "delivery", q.ID)
 	if s.now().Sub(q.EventAt) > s.cfg.GiveUp {
 		log.Warn("webhook delivery given up", "attempts", q.Attempts, "eventAt", q.EventAt)
-		s.done(ctx, q.ID)
-		return
+		return s.done(ctx, q.ID)
 	}
 	err := s.post(ctx, q)
 	if err == nil {
-		s.done(ctx, q.ID)
-		return
+		return s.done(ctx, q.ID)
 	}
 	next := s.now().Add(backoff(s.cfg.FirstRetry, s.cfg.MaxRetry, q.Attempts))
 	log.Warn("webhook delivery failed; will retry", "attempt", q.Attempts+1, "err", err, "next", next)
 	if err := s.cfg.Store.DeliveryFailed(context.WithoutCancel(ctx), q.ID, next, err.Error()); err != nil {
 		log.Error("record failed webhook delivery", "err", err)
+		return false
 	}
+	return true
 }
 
-func (s *Service) done(ctx context.Context, id int64) {
+func (s *Service) done(ctx context.Context, id int64) bool {
 	if err := s.cfg.Store.DeliveryDone(context.WithoutCancel(ctx), id); err != nil {
 		s.log.Error("record webhook delivery", "delivery", id, "err", err)
+		return false
 	}
+	return true
 }
 
 // backoff is the wait after failed attempt n+1: first, doubled n times,
