@@ -214,6 +214,9 @@ func exchange(ctx context.Context, up netip.AddrPort, q []byte, tcp bool, to tim
 	if _, err := c.Write(msg); err != nil {
 		return nil, err
 	}
+	if !tcp { // a lost datagram is asked again, as stub resolvers do
+		c.SetReadDeadline(earliest(time.Now().Add(udpRetransmit), dl)) //nolint:errcheck
+	}
 	for {
 		var resp []byte
 		if tcp {
@@ -228,6 +231,14 @@ func exchange(ctx context.Context, up netip.AddrPort, q []byte, tcp bool, to tim
 		} else {
 			buf := make([]byte, maxDNSMessage)
 			n, err := c.Read(buf)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && time.Now().Before(dl) {
+				if _, err := c.Write(msg); err != nil {
+					return nil, err
+				}
+				c.SetReadDeadline(earliest(time.Now().Add(udpRetransmit), dl)) //nolint:errcheck
+				continue
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -240,6 +251,17 @@ func exchange(ctx context.Context, up netip.AddrPort, q []byte, tcp bool, to tim
 			return nil, errors.New("mismatched answer")
 		}
 	}
+}
+
+// udpRetransmit is how long a UDP query waits for its answer before it is
+// sent again (within the attempt's timeout).
+var udpRetransmit = time.Second
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // sameQuestion reports whether resp answers q under id.

@@ -417,3 +417,56 @@ func FuzzHostOf(f *testing.F) {
 		}
 	})
 }
+
+// TestResolverRetransmitsLostQueries: an upstream that loses the first
+// datagram (a loaded host, a dropped packet) still answers within the
+// attempt's timeout, since the query is sent again.
+func TestResolverRetransmitsLostQueries(t *testing.T) {
+	old := udpRetransmit
+	udpRetransmit = 100 * time.Millisecond
+	t.Cleanup(func() { udpRetransmit = old })
+	ip := netip.MustParseAddr("198.19.91.10")
+	var n atomic.Int32
+	up, _ := fakeUpstream(t, map[string]netip.Addr{"api.allowed.test.": ip}, func([]byte) { n.Add(1) })
+	// a relay in front of the upstream that drops the first query
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for i := 0; ; i++ {
+			k, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if i == 0 {
+				continue
+			}
+			c, err := net.Dial("udp", up.String())
+			if err != nil {
+				return
+			}
+			c.Write(buf[:k])
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			resp := make([]byte, 1500)
+			if m, err := c.Read(resp); err == nil {
+				pc.WriteTo(resp[:m], from)
+			}
+			c.Close()
+		}
+	}()
+	tab := NewTable()
+	sb := netip.MustParseAddr("10.200.0.2")
+	tab.Set(sb, ParseRules([]string{"api.allowed.test"}))
+	r := &Resolver{Table: tab, Upstreams: []netip.AddrPort{netip.MustParseAddrPort(pc.LocalAddr().String())}}
+	q, _ := upstreamQuery(dnsmessage.Question{Name: dnsmessage.MustNewName("api.allowed.test."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	q[0], q[1] = 4242>>8, 4242&0xff // rcodeOf's ID
+	if rc, as := rcodeOf(t, r.Answer(context.Background(), sb, q, false)); rc != dnsmessage.RCodeSuccess || len(as) != 1 {
+		t.Fatalf("after a lost query: %v %v", rc, as)
+	}
+	if n.Load() != 1 {
+		t.Fatalf("the upstream got %d queries, want the second one only", n.Load())
+	}
+}
