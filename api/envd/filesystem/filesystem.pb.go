@@ -499,7 +499,10 @@ type EntryInfo struct {
 	Group        string                 `protobuf:"bytes,8,opt,name=group,proto3" json:"group,omitempty"`
 	ModifiedTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=modified_time,json=modifiedTime,proto3" json:"modified_time,omitempty"`
 	// If the entry is a symlink, this field contains the target of the symlink.
-	SymlinkTarget *string           `protobuf:"bytes,10,opt,name=symlink_target,json=symlinkTarget,proto3,oneof" json:"symlink_target,omitempty"`
+	SymlinkTarget *string `protobuf:"bytes,10,opt,name=symlink_target,json=symlinkTarget,proto3,oneof" json:"symlink_target,omitempty"`
+	// User-defined metadata stored as extended attributes (xattrs) on the file.
+	// Keys live under the `user.e2b.` xattr namespace; the prefix is stripped here.
+	// Plain `user.*` xattrs written by other tooling are not reflected.
 	Metadata      map[string]string `protobuf:"bytes,11,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -1,7 +1,8 @@
 // Package files serves envd's plain-HTTP file transfer API, GET and POST
 // /files, which E2B SDKs use for files.read/files.write and signed
-// download/upload URLs. Transfers are streamed: neither direction holds a
-// whole file in memory.
+// download/upload URLs, and POST /files/compose, which joins uploaded parts
+// into one file. Transfers are streamed: neither direction holds a whole
+// file in memory.
 package files
 
 import (
@@ -36,7 +37,8 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Handler serves GET and POST /files.
+// Handler serves GET and POST /files (ServeHTTP) and POST /files/compose
+// (Compose).
 type Handler struct {
 	cfg Config
 	log *slog.Logger

@@ -44,12 +44,14 @@ func TestParseMetadata(t *testing.T) {
 		{"none", http.Header{"X-Other": {"1"}}, nil, false},
 		{"lowercased", http.Header{"X-Metadata-Owner": {"Alice"}}, map[string]string{"owner": "Alice"}, false},
 		{"bare prefix ignored", http.Header{"X-Metadata-": {"v"}}, nil, false},
+		{"first of repeated values", http.Header{"X-Metadata-Owner": {"Alice", "Bob"}}, map[string]string{"owner": "Alice"}, false},
 		{"non ascii value", http.Header{"X-Metadata-K": {"caf\u00e9"}}, nil, true},
 		{"control char", http.Header{"X-Metadata-K": {"a\tb"}}, nil, true},
 		{"key 246 ok", http.Header{"X-Metadata-" + strings.Repeat("k", 246): {"v"}}, map[string]string{strings.Repeat("k", 246): "v"}, false},
 		{"key 247", http.Header{"X-Metadata-" + strings.Repeat("k", 247): {"v"}}, nil, true},
-		{"total 4096 ok", http.Header{"X-Metadata-A": {strings.Repeat("v", 4095)}}, map[string]string{"a": strings.Repeat("v", 4095)}, false},
-		{"total 4097", http.Header{"X-Metadata-A": {strings.Repeat("v", 4096)}}, nil, true},
+		// E2B counts the "user.e2b." prefix of every key in the 4096 bytes.
+		{"total 4096 ok", http.Header{"X-Metadata-A": {strings.Repeat("v", 4086)}}, map[string]string{"a": strings.Repeat("v", 4086)}, false},
+		{"total 4097", http.Header{"X-Metadata-A": {strings.Repeat("v", 4087)}}, nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

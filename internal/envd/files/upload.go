@@ -146,28 +146,34 @@ func (up *upload) write(p string, src io.Reader) error {
 	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
 		return errdefs.Publicf(errdefs.ErrInvalidArgument, "path '%s' is a directory", abs)
 	}
-	if err := up.mkdirAll(filepath.Dir(abs)); err != nil {
+	if err := up.h.mkdirAll(filepath.Dir(abs), up.u); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(abs, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
 	if err != nil {
 		return errdefs.PublicWrap(statKind(err), "open '%s' for writing", abs)
 	}
-	_, cerr := io.CopyBuffer(f, src, make([]byte, copyBuf))
-	if cerr == nil {
-		cerr = up.h.cfg.Chown(abs, up.u)
+	meta, err := up.fill(f, abs, src)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = errdefs.PublicWrap(uploadKind(cerr), "write '%s'", abs)
 	}
-	if cerr == nil {
-		cerr = replaceMetadata(f, up.meta)
+	if err != nil {
+		return err
 	}
-	if err := f.Close(); cerr == nil && err != nil {
-		cerr = err
-	}
-	if cerr != nil {
-		return errdefs.PublicWrap(uploadKind(cerr), "write '%s'", abs)
-	}
-	up.out = append(up.out, EntryInfo{Path: abs, Name: filepath.Base(abs), Type: "file", Metadata: up.meta})
+	up.out = append(up.out, EntryInfo{Path: abs, Name: filepath.Base(abs), Type: "file", Metadata: meta})
 	return nil
+}
+
+// fill copies src into f (the file at abs), gives it to the user and
+// stores the upload's metadata; it returns the metadata as stored.
+func (up *upload) fill(f *os.File, abs string, src io.Reader) (map[string]string, error) {
+	if _, err := io.CopyBuffer(f, src, make([]byte, copyBuf)); err != nil {
+		return nil, errdefs.PublicWrap(uploadKind(err), "write '%s'", abs)
+	}
+	if err := up.h.cfg.Chown(abs, up.u); err != nil {
+		return nil, errdefs.PublicWrap(uploadKind(err), "write '%s'", abs)
+	}
+	return up.h.storeMetadata(f, abs, up.meta)
 }
 
 // uploadKind keeps an error's kind or calls it internal; a failure reading
@@ -203,8 +209,8 @@ func kindOf(err error) error {
 }
 
 // mkdirAll creates dir and its missing parents (0755), giving each created
-// directory to the user.
-func (up *upload) mkdirAll(dir string) error {
+// directory to u.
+func (h *Handler) mkdirAll(dir string, u *users.User) error {
 	fi, err := os.Stat(dir)
 	if err == nil {
 		if !fi.IsDir() {
@@ -216,14 +222,14 @@ func (up *upload) mkdirAll(dir string) error {
 		return errdefs.PublicWrap(statKind(err), "stat '%s'", dir)
 	}
 	if parent := filepath.Dir(dir); parent != dir {
-		if err := up.mkdirAll(parent); err != nil {
+		if err := h.mkdirAll(parent, u); err != nil {
 			return err
 		}
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return errdefs.PublicWrap(uploadKind(err), "create directory '%s'", dir)
 	}
-	if err := up.h.cfg.Chown(dir, up.u); err != nil {
+	if err := h.cfg.Chown(dir, u); err != nil {
 		return errdefs.PublicWrap(uploadKind(err), "chown directory '%s'", dir)
 	}
 	return nil

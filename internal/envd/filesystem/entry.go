@@ -6,27 +6,22 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/moatsh/moat/api/envd/filesystem"
 	"github.com/moatsh/moat/internal/envd/users"
+	"github.com/moatsh/moat/internal/envd/xattrmeta"
 	"github.com/moatsh/moat/internal/errdefs"
 )
 
-// metadataPrefix is the xattr namespace whose keys EntryInfo reports as
-// metadata, with the prefix stripped.
-const metadataPrefix = "user.e2b."
-
 // EntryInfo describes the file at the absolute path path as envd does: the
-// lstat mode, owner and times of the entry itself; for a symlink the fully
-// resolved target and the target's type (FILE_TYPE_UNSPECIFIED if it
-// dangles). A missing path is an error of kind errdefs.ErrNotFound.
+// lstat permissions string, owner and times of the entry itself; for a
+// symlink the fully resolved target and the target's type and mode bits
+// (FILE_TYPE_UNSPECIFIED and 0 if it dangles), as E2B's envd reports them. A missing path is an error of kind errdefs.ErrNotFound.
 func EntryInfo(path string) (*filesystem.EntryInfo, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -54,12 +49,14 @@ func entryFromInfo(path string, fi fs.FileInfo) *filesystem.EntryInfo {
 		e.Group = names.group(st.Gid)
 	}
 	if fi.Mode()&fs.ModeSymlink != 0 {
-		target, typ := resolveSymlink(path)
+		target, typ, perm := resolveSymlink(path)
 		e.SymlinkTarget = &target
 		e.Type = typ
-	} else {
-		e.Metadata = metadata(path)
+		e.Mode = uint32(perm)
 	}
+	// Best effort, as in E2B: the entry is valid without it. It follows a
+	// symlink, so a link reports its target's metadata.
+	e.Metadata, _ = xattrmeta.Read(path)
 	return e
 }
 
@@ -74,70 +71,28 @@ func fileType(m fs.FileMode) filesystem.FileType {
 	}
 }
 
-// resolveSymlink returns the fully resolved target of the symlink at path and
-// the type of what it points to. A dangling link (or a loop) yields its
-// immediate target, made absolute, and FILE_TYPE_UNSPECIFIED.
-func resolveSymlink(path string) (string, filesystem.FileType) {
+// resolveSymlink returns the fully resolved target of the symlink at path,
+// the type of what it points to and its permission bits. A dangling link
+// (or a loop) yields its immediate target, made absolute,
+// FILE_TYPE_UNSPECIFIED and 0.
+func resolveSymlink(path string) (string, filesystem.FileType, fs.FileMode) {
 	if target, err := filepath.EvalSymlinks(path); err == nil {
 		if abs, err := filepath.Abs(target); err == nil {
 			target = abs
 		}
 		if fi, err := os.Stat(target); err == nil {
-			return target, fileType(fi.Mode())
+			return target, fileType(fi.Mode()), fi.Mode().Perm()
 		}
-		return target, filesystem.FileType_FILE_TYPE_UNSPECIFIED
+		return target, filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0
 	}
 	target, err := os.Readlink(path)
 	if err != nil {
-		return "", filesystem.FileType_FILE_TYPE_UNSPECIFIED
+		return "", filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0
 	}
 	if !filepath.IsAbs(target) {
 		target = filepath.Join(filepath.Dir(path), target)
 	}
-	return filepath.Clean(target), filesystem.FileType_FILE_TYPE_UNSPECIFIED
-}
-
-// metadata returns the user.e2b.* extended attributes of path, prefix
-// stripped; nil when there are none or the file system has no xattrs.
-func metadata(path string) map[string]string {
-	size, err := unix.Llistxattr(path, nil)
-	if err != nil || size <= 0 {
-		return nil
-	}
-	buf := make([]byte, size)
-	size, err = unix.Llistxattr(path, buf)
-	if err != nil {
-		return nil
-	}
-	var out map[string]string
-	for _, name := range strings.Split(string(buf[:size]), "\x00") {
-		key, ok := strings.CutPrefix(name, metadataPrefix)
-		if !ok || key == "" {
-			continue
-		}
-		val, err := getxattr(path, name)
-		if err != nil {
-			continue
-		}
-		if out == nil {
-			out = map[string]string{}
-		}
-		out[key] = val
-	}
-	return out
-}
-
-func getxattr(path, name string) (string, error) {
-	n, err := unix.Lgetxattr(path, name, nil)
-	if err != nil {
-		return "", err
-	}
-	buf := make([]byte, n)
-	n, err = unix.Lgetxattr(path, name, buf)
-	if err != nil {
-		return "", err
-	}
-	return string(buf[:n]), nil
+	return filepath.Clean(target), filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0
 }
 
 // Chown gives path (not following a final symlink) to u, unless u is the

@@ -128,9 +128,11 @@ func TestStat(t *testing.T) {
 			{"f.txt", file, "-rw-r--r--", filesystem.FileType_FILE_TYPE_FILE, 0o644, ""},
 			{"~/f.txt", file, "-rw-r--r--", filesystem.FileType_FILE_TYPE_FILE, 0o644, ""},
 			{dir, dir, "drwxr-xr-x", filesystem.FileType_FILE_TYPE_DIRECTORY, 0o755, ""},
-			{"lf", filepath.Join(env.home, "lf"), "Lrwxrwxrwx", filesystem.FileType_FILE_TYPE_FILE, 0o777, file},
-			{"ld", filepath.Join(env.home, "ld"), "Lrwxrwxrwx", filesystem.FileType_FILE_TYPE_DIRECTORY, 0o777, dir},
-			{"dangling", filepath.Join(env.home, "dangling"), "Lrwxrwxrwx", filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0o777, filepath.Join(env.home, "nowhere")},
+			// A symlink has the target's mode bits (0 when it dangles), as in
+			// E2B's stat_test.go, but its own permissions string.
+			{"lf", filepath.Join(env.home, "lf"), "Lrwxrwxrwx", filesystem.FileType_FILE_TYPE_FILE, 0o644, file},
+			{"ld", filepath.Join(env.home, "ld"), "Lrwxrwxrwx", filesystem.FileType_FILE_TYPE_DIRECTORY, 0o755, dir},
+			{"dangling", filepath.Join(env.home, "dangling"), "Lrwxrwxrwx", filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0, filepath.Join(env.home, "nowhere")},
 		}
 		for _, tt := range tests {
 			res, err := c.Stat(ctx, connect.NewRequest(&filesystem.StatRequest{Path: tt.path}))
@@ -157,6 +159,45 @@ func TestStat(t *testing.T) {
 			t.Errorf("size = %d", e.GetSize())
 		} else if md := e.GetMetadata(); xattrs && (len(md) != 1 || md["color"] != "blue") {
 			t.Errorf("metadata = %v", md)
+		}
+		// As in E2B, a symlink reports its target's metadata.
+		res, err = c.Stat(ctx, connect.NewRequest(&filesystem.StatRequest{Path: "lf"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if md := res.Msg.GetEntry().GetMetadata(); xattrs && md["color"] != "blue" {
+			t.Errorf("symlink metadata = %v", md)
+		}
+	})
+}
+
+// TestMetadataNotUTF8: metadata set inside the sandbox with bytes that are
+// not UTF-8 is left out instead of failing Stat and ListDir (a proto map
+// of strings cannot carry it), as E2B's ReadMetadata does.
+func TestMetadataNotUTF8(t *testing.T) {
+	forCodecs(t, func(t *testing.T, env *testEnv, c filesystemconnect.FilesystemClient) {
+		ctx := ctxT(t)
+		file := filepath.Join(env.home, "bin.txt")
+		writeFile(t, file, "x", 0o644)
+		if err := unix.Setxattr(file, "user.e2b.ok", []byte("fine"), 0); err != nil {
+			t.Skipf("no user xattrs: %v", err)
+		}
+		if err := unix.Setxattr(file, "user.e2b.bad", []byte{0xff, 0xfe}, 0); err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Stat(ctx, connect.NewRequest(&filesystem.StatRequest{Path: file}))
+		if err != nil {
+			t.Fatalf("Stat: %v", err)
+		}
+		if md := res.Msg.GetEntry().GetMetadata(); len(md) != 1 || md["ok"] != "fine" {
+			t.Fatalf("metadata = %q", md)
+		}
+		list, err := c.ListDir(ctx, connect.NewRequest(&filesystem.ListDirRequest{Path: env.home}))
+		if err != nil {
+			t.Fatalf("ListDir: %v", err)
+		}
+		if n := len(list.Msg.GetEntries()); n != 1 {
+			t.Fatalf("ListDir = %d entries", n)
 		}
 	})
 }

@@ -41,6 +41,8 @@ func (s *Server) buildHandler() http.Handler {
 	fh := files.New(files.Config{State: s.st, Users: s.users, Logger: s.log, Chown: chownFunc})
 	mux.Handle("GET /files", fh)
 	mux.Handle("POST /files", fh)
+	// Not exempt from the access token (see exempt), as in E2B's envd.
+	mux.HandleFunc("POST /files/compose", fh.Compose)
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("POST /init", s.init)
 	mux.HandleFunc("GET /envs", s.envs)
@@ -115,7 +117,7 @@ func (s *Server) auth(next http.Handler) http.Handler {
 
 // exempt reports whether r needs no access token: health checks, /files
 // (which check the token or a signature themselves) and /init (which checks
-// it itself).
+// it itself). /files/compose is not: it has no signed form.
 func exempt(r *http.Request) bool {
 	switch r.URL.Path {
 	case "/health":

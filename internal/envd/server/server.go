@@ -1,6 +1,6 @@
 // Package server assembles envd, the in-sandbox agent: one HTTP handler that
 // serves the Connect services (process, filesystem), the plain HTTP API
-// (/health, /init, /envs, /metrics, /files) and the cross-cutting rules of
+// (/health, /init, /envs, /metrics, /files, /files/compose) and the cross-cutting rules of
 // E2B's envd (access token, CORS, JSON errors), over HTTP/1.1 and h2c.
 package server
 

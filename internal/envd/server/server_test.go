@@ -45,6 +45,7 @@ func TestExempt(t *testing.T) {
 		{"GET", "/health", true}, {"POST", "/health", false}, {"GET", "/files", true},
 		{"POST", "/files", true}, {"POST", "/init", true}, {"GET", "/init", false},
 		{"GET", "/envs", false}, {"POST", "/process.Process/Start", false},
+		{"POST", "/files/compose", false}, {"GET", "/files/compose", false},
 	}
 	for _, tt := range tests {
 		r := httptest.NewRequest(tt.method, tt.path, nil)
@@ -83,6 +84,46 @@ func TestMetricsParse(t *testing.T) {
 	write("stat", "intr 1 2\n")
 	if _, err := newMetrics().collect(dir, "/"); err == nil {
 		t.Fatal("garbage /proc/stat accepted")
+	}
+}
+
+// TestComposeRoute: POST /files/compose is routed and, unlike /files, needs
+// the access token header once one is set (E2B's authExcludedPaths lists
+// only GET and POST /files); a signature does not stand in for it.
+func TestComposeRoute(t *testing.T) {
+	s := newTestServer(t)
+	home := s.cfg.Home
+	src := filepath.Join(home, "part")
+	if err := os.WriteFile(src, []byte("abc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tok := "secret"
+	s.State().Apply(state.Init{AccessToken: &tok})
+	body := `{"source_paths":["part"],"destination":"whole.txt","username":"user"}`
+	tests := []struct {
+		name, target, token string
+		want                int
+		wantBody            string
+	}{
+		{"no token", "/files/compose", "", 401, unauthorizedMsg},
+		{"wrong token", "/files/compose", "nope", 401, unauthorizedMsg},
+		{"signature instead", "/files/compose?signature=v1_x&username=user", "", 401, unauthorizedMsg},
+		{"token", "/files/compose", tok, 200, `{"path":"` + filepath.Join(home, "whole.txt") + `","name":"whole.txt","type":"file"}`},
+	}
+	for _, tt := range tests {
+		req := httptest.NewRequest("POST", tt.target, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if tt.token != "" {
+			req.Header.Set("X-Access-Token", tt.token)
+		}
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, req)
+		if rec.Code != tt.want || !strings.Contains(rec.Body.String(), tt.wantBody) {
+			t.Fatalf("%s: %d %s", tt.name, rec.Code, rec.Body)
+		}
+	}
+	if data, err := os.ReadFile(filepath.Join(home, "whole.txt")); err != nil || string(data) != "abc" {
+		t.Fatalf("composed file = %q, %v", data, err)
 	}
 }
 
