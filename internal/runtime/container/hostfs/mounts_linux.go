@@ -118,10 +118,15 @@ func unmount(p string) error {
 
 // RemoveDir deletes the sandbox directory, refusing while one of mounts
 // or a volume is still a mount point (RemoveAll would otherwise walk into
-// the template, or delete a volume's files).
+// the template, or delete a volume's files), and refusing too when the
+// mount table cannot be read: on this destructive path not knowing is no.
 func RemoveDir(dir string) error {
+	points, err := mountPoints()
+	if err != nil {
+		return fmt.Errorf("remove %s: read the mount table: %w", dir, err)
+	}
 	for _, m := range append(volumeMountPoints(dir), mounts...) {
-		if mounted, _ := isMountPoint(filepath.Join(dir, m)); mounted {
+		if slices.Contains(points, filepath.Join(dir, m)) {
 			return fmt.Errorf("remove %s: %s still mounted", dir, m)
 		}
 	}
@@ -131,11 +136,9 @@ func RemoveDir(dir string) error {
 	return nil
 }
 
-// isMountPoint reports whether p is a mount point in /proc/self/mountinfo.
-func isMountPoint(p string) (bool, error) {
-	points, err := mountinfo.Points()
-	return slices.Contains(points, p), err
-}
+// mountPoints lists the mount points of /proc/self/mountinfo (a variable
+// so that a test can make the read fail).
+var mountPoints = mountinfo.Points
 
 // Tail returns up to n bytes from the end of a file (an envd log, for
 // error messages), without surrounding white space.
