@@ -108,6 +108,16 @@ func (s *Server) routes() {
 	// than a 404 the SDKs would read as "sandbox not found".
 	// Per-sandbox ones still answer 404 for an unknown or malformed ID.
 	m.HandleFunc("GET /sandboxes/metrics", s.auth(notImplemented))
+	// E2B's dashboard and operator API (teams, nodes, admin, access tokens,
+	// API keys): keys are made with `moat apikey create`.
+	for _, p := range []string{"GET /teams", "GET /teams/{teamID}/metrics", "GET /teams/{teamID}/metrics/max",
+		"GET /nodes", "GET /nodes/{nodeID}", "POST /nodes/{nodeID}", "POST /admin/teams/{teamID}/sandboxes/kill",
+		"GET /admin/sandboxes/running-counts", "POST /admin/teams/{teamID}/builds/cancel",
+		"POST /admin/teams/{teamID}/api-keys", "DELETE /admin/teams/{teamID}/api-keys/{apiKeyID}",
+		"POST /access-tokens", "DELETE /access-tokens/{accessTokenID}", "GET /api-keys", "POST /api-keys",
+		"PATCH /api-keys/{apiKeyID}", "DELETE /api-keys/{apiKeyID}"} {
+		m.HandleFunc(p, s.auth(notImplemented))
+	}
 	for _, p := range []string{"GET /sandboxes/{id}/logs", "GET /v2/sandboxes/{id}/logs"} {
 		m.HandleFunc(p, s.auth(s.withID(s.notImplementedFor)))
 	}
