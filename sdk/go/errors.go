@@ -8,9 +8,10 @@ import (
 	"net/http"
 	"strings"
 
-	"connectrpc.com/connect"
-
 	"github.com/moatsh/moat/api/rest"
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/errdefs/errconnect"
+	"github.com/moatsh/moat/internal/errdefs/errhttp"
 )
 
 // Error kinds. Every error returned by this package for a failed API or envd
@@ -43,30 +44,36 @@ func (e *APIError) Error() string {
 // Unwrap returns the error kind of the status.
 func (e *APIError) Unwrap() error { return kindOfStatus(e.StatusCode) }
 
-func kindOfStatus(status int) error {
-	switch {
-	case status == http.StatusBadRequest || status == http.StatusUnprocessableEntity:
-		return ErrInvalidArgument
-	case status == http.StatusUnauthorized:
-		return ErrUnauthorized
-	case status == http.StatusForbidden:
-		return ErrForbidden
-	case status == http.StatusNotFound:
-		return ErrNotFound
-	case status == http.StatusConflict:
-		return ErrConflict
-	case status == http.StatusTooManyRequests:
-		return ErrRateLimited
-	case status == http.StatusBadGateway || status == http.StatusServiceUnavailable ||
-		status == http.StatusGatewayTimeout:
-		return ErrUnavailable
-	case status == http.StatusNotImplemented:
-		return ErrNotImplemented
-	case status == http.StatusInsufficientStorage:
-		return ErrNoSpace
-	default:
-		return ErrInternal
+func kindOfStatus(status int) error { return kindOf(errhttp.ToNative(status)) }
+
+// kinds maps the server's error kinds (internal/errdefs, which errhttp and
+// errconnect map to HTTP statuses and Connect codes and back, once for
+// server and client) to this package's. A precondition failure is an
+// invalid argument, as its REST status (400) says, whichever way it came.
+var kinds = []struct{ native, sdk error }{
+	{errdefs.ErrInvalidArgument, ErrInvalidArgument},
+	{errdefs.ErrFailedPrecondition, ErrInvalidArgument},
+	{errdefs.ErrUnauthenticated, ErrUnauthorized},
+	{errdefs.ErrPermissionDenied, ErrForbidden},
+	{errdefs.ErrNotFound, ErrNotFound},
+	{errdefs.ErrConflict, ErrConflict},
+	{errdefs.ErrAlreadyExists, ErrConflict},
+	{errdefs.ErrResourceExhausted, ErrRateLimited},
+	{errdefs.ErrNoSpace, ErrNoSpace},
+	{errdefs.ErrUnavailable, ErrUnavailable},
+	{errdefs.ErrNotImplemented, ErrNotImplemented},
+	{context.DeadlineExceeded, context.DeadlineExceeded},
+	{context.Canceled, context.Canceled},
+}
+
+// kindOf is this package's kind of a server kind (ErrInternal for none).
+func kindOf(native error) error {
+	for _, k := range kinds {
+		if errors.Is(native, k.native) {
+			return k.sdk
+		}
 	}
+	return ErrInternal
 }
 
 // parseAPIError builds an APIError from a response status and body.
@@ -89,28 +96,5 @@ func parseAPIError(status int, body []byte) error {
 
 // fromConnect converts an envd (Connect) error into one wrapping a kind.
 func fromConnect(op string, err error) error {
-	var kind error
-	switch connect.CodeOf(err) {
-	case connect.CodeCanceled:
-		kind = context.Canceled
-	case connect.CodeInvalidArgument, connect.CodeOutOfRange:
-		kind = ErrInvalidArgument
-	case connect.CodeUnauthenticated:
-		kind = ErrUnauthorized
-	case connect.CodePermissionDenied:
-		kind = ErrForbidden
-	case connect.CodeNotFound:
-		kind = ErrNotFound
-	case connect.CodeAlreadyExists, connect.CodeFailedPrecondition, connect.CodeAborted:
-		kind = ErrConflict
-	case connect.CodeResourceExhausted:
-		kind = ErrRateLimited
-	case connect.CodeUnavailable, connect.CodeDeadlineExceeded:
-		kind = ErrUnavailable
-	case connect.CodeUnimplemented:
-		kind = ErrNotImplemented
-	default:
-		kind = ErrInternal
-	}
-	return fmt.Errorf("%s: %w (%w)", op, kind, err)
+	return fmt.Errorf("%s: %w (%w)", op, kindOf(errconnect.ToNative(err)), err)
 }
