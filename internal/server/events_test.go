@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moatsh/moat/api/rest"
 	"github.com/moatsh/moat/internal/events"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
 	"github.com/moatsh/moat/internal/server"
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/webhook"
+	moat "github.com/moatsh/moat/sdk/go"
 )
 
 // newEventsHarness is newHarness with lifecycle events recorded and
@@ -225,5 +228,44 @@ func TestWebhookDelivery(t *testing.T) {
 	defer mu.Unlock()
 	if strings.Join(got, " ") != events.Created+" "+events.Killed {
 		t.Fatalf("receiver got %v", got)
+	}
+}
+
+// TestEventsThroughGoSDK: sdk/go's events and webhook calls against the
+// server.
+func TestEventsThroughGoSDK(t *testing.T) {
+	h := newEventsHarness(t)
+	c := &moat.Client{APIURL: h.url, APIKey: h.key}
+	ctx := context.Background()
+	name := "go"
+	w, err := c.CreateWebhook(ctx, moat.NewWebhook{Name: &name, Url: "https://hooks.example.com/go",
+		Events: []rest.SandboxEventType{rest.SandboxLifecycleKilled}, SignatureSecret: "s"})
+	if err != nil || w.Id == "" || !w.Enabled {
+		t.Fatalf("create webhook: %+v, %v", w, err)
+	}
+	off := false
+	if w, err = c.UpdateWebhook(ctx, w.Id, rest.WebhookUpdate{Enabled: &off}); err != nil || w.Enabled {
+		t.Fatalf("update webhook: %+v, %v", w, err)
+	}
+	if ws, err := c.Webhooks(ctx); err != nil || len(ws) != 1 {
+		t.Fatalf("webhooks: %v, %v", ws, err)
+	}
+	id := h.create(`{"templateID":"base"}`)["sandboxID"].(string)
+	h.do("DELETE", "/sandboxes/"+id, "")
+	evs, err := c.Events(ctx, id, moat.EventQuery{Asc: true, Types: []string{events.Created, events.Killed}})
+	if err != nil || len(evs) != 2 || evs[0].Type != events.Created || evs[1].Type != events.Killed || evs[1].SandboxId != id {
+		t.Fatalf("events: %+v, %v", evs, err)
+	}
+	if evs, err := c.Events(ctx, "", moat.EventQuery{Limit: 1}); err != nil || len(evs) != 1 || evs[0].Type != events.Killed {
+		t.Fatalf("the team's newest event: %+v, %v", evs, err)
+	}
+	if _, err := c.Events(ctx, "", moat.EventQuery{Limit: 101}); !errors.Is(err, moat.ErrInvalidArgument) {
+		t.Fatalf("limit 101: %v", err)
+	}
+	if err := c.DeleteWebhook(ctx, w.Id); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteWebhook(ctx, w.Id); !errors.Is(err, moat.ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
 	}
 }
