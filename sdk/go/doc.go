@@ -11,9 +11,12 @@
 //
 // Sandboxes can be paused and resumed (Pause, Connect; CreateOptions.AutoPause
 // pauses instead of killing at the timeout) and snapshotted (CreateSnapshot);
-// a snapshot's ID or name works as CreateOptions.Template. Errors wrap the
-// kinds in errors.go (ErrNotFound, ErrConflict, ErrNotImplemented, ...).
+// a snapshot's ID or name works as CreateOptions.Template. Events and the
+// webhook calls read the team's lifecycle events. Errors wrap the kinds in
+// errors.go (ErrNotFound, ErrConflict, ErrNotImplemented, ...).
 //
-// The package imports nothing from Moat's internal packages; only the public
-// generated envd contract under api/envd.
+// Of Moat's internal packages the package imports only the error kinds
+// (internal/errdefs) and their maps to HTTP statuses and Connect codes
+// (errhttp, errconnect), so that client and server share one error map;
+// besides those, the generated contracts under api/.
 package moat
