@@ -32,6 +32,24 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // which touch no host object: one per test, so they run beside a real server.
 func testHostLock(t *testing.T) string { return filepath.Join(t.TempDir(), "host.lock") }
 
+// fakeRuntimeWithBase registers a fake runtime as name and returns it with
+// a data dir whose store holds a template "base".
+func fakeRuntimeWithBase(t *testing.T, name string) (*orchestratortest.Runtime, string) {
+	t.Helper()
+	rt := orchestratortest.NewRuntime(t)
+	runtime.Register(name, func(context.Context, runtime.Config) (runtime.Runtime, error) { return rt, nil })
+	dir := t.TempDir()
+	db, err := store.Open(context.Background(), filepath.Join(dir, "moat.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.UpsertTemplate(context.Background(), store.Template{Name: "base", RootfsDir: "/x"}); err != nil {
+		t.Fatal(err)
+	}
+	return rt, dir
+}
+
 func start(t *testing.T, dir string, envdPort int) (base string, stdout *syncBuf, stop func()) {
 	t.Helper()
 	return startRuntime(t, dir, envdPort, "apptest")

@@ -2,13 +2,11 @@ package app
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -16,9 +14,6 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/events"
-	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
-	"github.com/moatsh/moat/internal/runtime"
-	"github.com/moatsh/moat/internal/store"
 )
 
 // hookReceiver is a webhook endpoint that answers 503 until up, checks
@@ -56,18 +51,7 @@ func (h *hookReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // across a restart of the server, gets every event of a sandbox's life
 // afterwards, each signed, in order.
 func TestWebhooksSurviveOutageAndRestart(t *testing.T) {
-	rt := orchestratortest.NewRuntime(t)
-	runtime.Register("apptest-hooks", func(context.Context, runtime.Config) (runtime.Runtime, error) { return rt, nil })
-	dir := t.TempDir()
-	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(dir, "moat.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.UpsertTemplate(ctx, store.Template{Name: "base", RootfsDir: "/x"}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	rt, dir := fakeRuntimeWithBase(t, "apptest-hooks")
 	recv := &hookReceiver{t: t, accepted: make(chan struct{}, 16)}
 	rs := httptest.NewServer(recv)
 	defer rs.Close()

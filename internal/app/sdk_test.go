@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moatsh/moat/internal/orchestrator/orchestratortest"
-	"github.com/moatsh/moat/internal/runtime"
-	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/testkit"
 )
 
@@ -24,23 +21,12 @@ func TestJSSDKControlPlane(t *testing.T) {
 	if _, err := os.Stat(mod); err != nil {
 		testkit.Missing(t, "e2b SDK not installed at %s: run `npm ci` in test/e2e: %v", mod, err)
 	}
-	rt := orchestratortest.NewRuntime(t)
-	runtime.Register("apptest-sdk", func(context.Context, runtime.Config) (runtime.Runtime, error) { return rt, nil })
-	dir := t.TempDir()
-	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(dir, "moat.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.UpsertTemplate(ctx, store.Template{Name: "base", RootfsDir: "/x"}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	rt, dir := fakeRuntimeWithBase(t, "apptest-sdk")
 	base, stdout, stop := startRuntime(t, dir, rt.EnvdPort, "apptest-sdk")
 	defer stop()
 	key := regexp.MustCompile(`e2b_[0-9a-f]{40}`).FindString(stdout.String())
 
-	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	cctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(cctx, node, "testdata/sdk_control_plane.cjs")
 	cmd.Env = append(os.Environ(), "E2B_MODULE="+mod, "E2B_API_URL="+base, "E2B_SANDBOX_URL="+base,
