@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -153,7 +152,7 @@ func cpuTime() time.Duration {
 // (ComputeSDK trims 5 % on each side before its percentiles).
 func (s Series) Trimmed(frac float64) Series {
 	xs := slices.Clone(s.Samples)
-	sort.Slice(xs, func(i, j int) bool { return xs[i] < xs[j] })
+	slices.Sort(xs)
 	k := int(float64(len(xs)) * frac)
 	if len(xs)-2*k <= 0 {
 		return Series{Name: s.Name, Samples: xs}

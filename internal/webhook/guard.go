@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -106,9 +105,7 @@ func (g guard) control(_, address string, _ syscall.RawConn) error {
 func (g guard) client(timeout time.Duration) *http.Client {
 	d := &net.Dialer{Timeout: 5 * time.Second, Control: g.control}
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return d.DialContext(ctx, network, addr)
-		},
+		DialContext:         d.DialContext,
 		TLSHandshakeTimeout: 5 * time.Second,
 		MaxIdleConnsPerHost: 2,
 		IdleConnTimeout:     30 * time.Second,

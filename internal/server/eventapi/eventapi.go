@@ -55,26 +55,32 @@ type API struct{ d Deps }
 // New returns the API.
 func New(d Deps) *API { return &API{d: d} }
 
-// routes are the API's patterns.
-var routes = []string{"GET /events/sandboxes", "GET /events/sandboxes/{sandboxID}", "GET /events/webhooks",
-	"POST /events/webhooks", "GET /events/webhooks/{webhookID}", "PATCH /events/webhooks/{webhookID}",
-	"DELETE /events/webhooks/{webhookID}"}
-
 // Register adds the routes to m behind auth; on a nil API they answer 501.
 func (a *API) Register(m *http.ServeMux, auth func(http.HandlerFunc) http.HandlerFunc) {
-	if a == nil {
-		for _, p := range routes {
-			m.HandleFunc(p, auth(func(w http.ResponseWriter, r *http.Request) {
-				errhttp.WriteError(w, errdefs.Public(errdefs.ErrNotImplemented, r.Method+" "+r.URL.Path+" is not implemented by this server"))
-			}))
+	routes := []struct {
+		pattern string
+		h       func(*API, http.ResponseWriter, *http.Request)
+	}{
+		{"GET /events/sandboxes", (*API).listEvents},
+		{"GET /events/sandboxes/{sandboxID}", (*API).listEvents},
+		{"GET /events/webhooks", (*API).listWebhooks},
+		{"POST /events/webhooks", (*API).createWebhook},
+		{"GET /events/webhooks/{webhookID}", (*API).getWebhook},
+		{"PATCH /events/webhooks/{webhookID}", (*API).updateWebhook},
+		{"DELETE /events/webhooks/{webhookID}", (*API).deleteWebhook},
+	}
+	for _, rt := range routes {
+		h := http.HandlerFunc(notImplemented)
+		if a != nil {
+			serve := rt.h
+			h = func(w http.ResponseWriter, r *http.Request) { serve(a, w, r) }
 		}
-		return
+		m.HandleFunc(rt.pattern, auth(h))
 	}
-	hs := []http.HandlerFunc{a.listEvents, a.listEvents, a.listWebhooks, a.createWebhook, a.getWebhook,
-		a.updateWebhook, a.deleteWebhook}
-	for i, p := range routes {
-		m.HandleFunc(p, auth(hs[i]))
-	}
+}
+
+func notImplemented(w http.ResponseWriter, r *http.Request) {
+	errhttp.WriteError(w, errdefs.Public(errdefs.ErrNotImplemented, r.Method+" "+r.URL.Path+" is not implemented by this server"))
 }
 
 // listEvents is GET /events/sandboxes[/{sandboxID}]: 200 and the events,

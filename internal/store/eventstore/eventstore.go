@@ -139,6 +139,6 @@ func (d *Tables) PruneEvents(ctx context.Context, before time.Time) (int64, erro
 
 // encodeTypes is a webhook's events column.
 func encodeTypes(types []string) (string, error) {
-	b, err := json.Marshal(slices.Clip(types))
+	b, err := json.Marshal(types)
 	return string(b), err
 }
