@@ -38,6 +38,8 @@ PACKAGES=(
   runsc
   # microVM runtime: QEMU (TCG where KVM does not work) and Debian's cloud kernel
   qemu-system-x86 qemu-utils linux-image-cloud-amd64
+  # the PostgreSQL store's tests start a private server (initdb in a temp dir)
+  postgresql-15
   # code interpreter tests run real Jupyter kernels on the host
   python3-ipykernel python3-matplotlib python3-pandas python3-numpy
 )

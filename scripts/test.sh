@@ -201,6 +201,8 @@ if [ "$tier" = full ]; then
     grep -E 'death-to-gone|^(--- FAIL|FAIL)' || failed+=("death measurement")
   bench "benchmark: creates per second through the API (BenchmarkCreateThroughput)" \
     go test ./cmd/moat/ -run '^$' -bench BenchmarkCreateThroughput -benchtime=1x -count=1 -timeout 20m
+  bench "benchmark: create→first command on SQLite vs PostgreSQL (BenchmarkStoreCreateFirstCommand)" \
+    go test ./cmd/moat/ -run '^$' -bench BenchmarkStoreCreateFirstCommand -benchtime=1x -count=1 -timeout 20m
   bench "benchmark: the interpreter's round trip and the microVM accelerator choice" \
     go test ./test/interpreter/ ./internal/runtime/vm/ -run '^$' -bench 'BenchmarkLatency|BenchmarkAccelAuto' -benchtime=1x -count=1 -timeout 20m
   bench "density: 200 containers and 50 microVMs (256 MiB), memory per idle sandbox, no leftovers (moat bench --density)" \

@@ -51,6 +51,9 @@ func newServeCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.Addr, "addr", envOr(defaultAddr, "MOAT_ADDR"), "listen address HOST:PORT (env MOAT_ADDR)")
 	addDataDirFlag(cmd, &cfg.DataDir)
+	f.StringVar(&cfg.Store, "store", envOr("", "MOAT_STORE"),
+		"where state lives: a postgres://USER@HOST/DB URL (PostgreSQL; one server per database for now), "+
+			"else the SQLite file DATA-DIR/moat.db (env "+app.StoreEnv+"; the other commands read it too)")
 	f.StringVar(&cfg.Runtime, "runtime", envOr("", "MOAT_RUNTIME"),
 		"sandbox runtimes, comma-separated, run side by side: container (crun or runc), gvisor (runsc), "+
 			"vm (QEMU microVMs). The first is the default; a create runs on the runtime its metadata "+

@@ -1,10 +1,9 @@
 package main
 
 import (
-	"path/filepath"
-
 	"github.com/spf13/cobra"
 
+	"github.com/moatsh/moat/internal/app"
 	"github.com/moatsh/moat/internal/cli/benchcmd"
 )
 
@@ -28,8 +27,9 @@ func addDataDirFlag(cmd *cobra.Command, dst *string) {
 		"state directory: database, templates, sandboxes (env MOAT_DATA_DIR)")
 }
 
-// storePath is the SQLite database inside a data directory.
-func storePath(dataDir string) string { return filepath.Join(dataDir, "moat.db") }
+// storePath is where the state of the server with dataDir lives: $MOAT_STORE
+// (a postgres:// URL) if set, else the SQLite database inside dataDir.
+func storePath(dataDir string) string { return app.StoreLocation(dataDir, "") }
 
 // newBenchCmd is `moat bench` with the client, data-directory and backend
 // flags it shares with the other commands.

@@ -28,6 +28,7 @@ import (
 	"github.com/moatsh/moat/internal/secrets"
 	"github.com/moatsh/moat/internal/server"
 	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/store/pgsql"
 	"github.com/moatsh/moat/internal/template"
 	"github.com/moatsh/moat/internal/volume"
 	"github.com/moatsh/moat/internal/webhook"
@@ -35,8 +36,11 @@ import (
 
 // Config is `moat serve`'s configuration. DataDir is required.
 type Config struct {
-	Addr       string        // listen address (default "127.0.0.1:3000")
-	DataDir    string        // holds moat.db and the runtime's state
+	Addr    string // listen address (default "127.0.0.1:3000")
+	DataDir string // holds moat.db and the runtime's state
+	// Store is where state lives: "" for <DataDir>/moat.db (SQLite), or a
+	// postgres:// URL (see StoreLocation).
+	Store      string
 	Runtime    string        // backend name, or names side by side: "container,gvisor,vm" (the first is the default; default "container")
 	MaxTimeout time.Duration // longest sandbox lifetime (default 24 h)
 	Domain     string        // sandbox host domain for "{port}-{id}.{domain}" routing ("" = any)
@@ -142,11 +146,16 @@ func Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer unlockHost()
-	db, err := openStore(ctx, cfg.DataDir)
+	db, err := openStore(ctx, StoreLocation(cfg.DataDir, cfg.Store))
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	unlockStore, err := db.LockServer(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlockStore()
 
 	secretSvc := secrets.NewService(db, secretsKeyring(cfg.DataDir))
 	stopEgress, egressCA, err := startEgress(log, cfg, secretSvc)
@@ -309,11 +318,32 @@ func newOrchestrator(cfg Config, db *store.DB, rts []runtime.Runtime, egressCA [
 	return orch, nil
 }
 
-func openStore(ctx context.Context, dataDir string) (*store.DB, error) {
-	if err := os.MkdirAll(dataDir, 0o711); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
+// StoreEnv names the environment variable the CLI's commands read the
+// store's location from when they are not given one.
+const StoreEnv = "MOAT_STORE"
+
+// StoreLocation is where the state of a server with dataDir lives: loc if
+// set, else $MOAT_STORE, else <dataDir>/moat.db. loc and $MOAT_STORE are a
+// SQLite file or a postgres:// URL.
+func StoreLocation(dataDir, loc string) string {
+	if loc != "" {
+		return loc
 	}
-	return store.Open(ctx, filepath.Join(dataDir, "moat.db"))
+	if v := os.Getenv(StoreEnv); v != "" {
+		return v
+	}
+	return filepath.Join(dataDir, "moat.db")
+}
+
+// openStore opens the store at loc (StoreLocation), making a SQLite file's
+// directory first.
+func openStore(ctx context.Context, loc string) (*store.DB, error) {
+	if !pgsql.IsDSN(loc) {
+		if err := os.MkdirAll(filepath.Dir(loc), 0o711); err != nil {
+			return nil, fmt.Errorf("data dir: %w", err)
+		}
+	}
+	return store.Open(ctx, loc)
 }
 
 // CreateAPIKey adds an API key of team (store.DefaultTeam when "") to the
@@ -326,7 +356,7 @@ func CreateAPIKey(ctx context.Context, dataDir, team string) (string, error) {
 	if err := store.ValidateTeam(team); err != nil {
 		return "", err
 	}
-	db, err := openStore(ctx, dataDir)
+	db, err := openStore(ctx, StoreLocation(dataDir, ""))
 	if err != nil {
 		return "", err
 	}
@@ -336,7 +366,7 @@ func CreateAPIKey(ctx context.Context, dataDir, team string) (string, error) {
 
 // ListTemplates returns the templates in the store in dataDir.
 func ListTemplates(ctx context.Context, dataDir string) ([]store.Template, error) {
-	db, err := openStore(ctx, dataDir)
+	db, err := openStore(ctx, StoreLocation(dataDir, ""))
 	if err != nil {
 		return nil, err
 	}

@@ -276,7 +276,7 @@ func TestSecureDataDir(t *testing.T) {
 func TestFirstKeyIsDefaultTeam(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "data")
-	db, err := openStore(ctx, dir)
+	db, err := openStore(ctx, StoreLocation(dir, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func RotateSecretsKey(ctx context.Context, dataDir string) (string, int, error) 
 		return "", 0, err
 	}
 	defer unlock()
-	db, err := openStore(ctx, dataDir)
+	db, err := openStore(ctx, StoreLocation(dataDir, ""))
 	if err != nil {
 		return "", 0, err
 	}

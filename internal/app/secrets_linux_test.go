@@ -16,7 +16,7 @@ import (
 func TestRotateSecretsKey(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	db, err := openStore(ctx, dir)
+	db, err := openStore(ctx, StoreLocation(dir, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestRotateSecretsKey(t *testing.T) {
 	if err != nil || strings.Count(string(data), "\n") != 2 || !strings.HasPrefix(string(data), old+" ") {
 		t.Fatalf("key file after rotation: %v", err)
 	}
-	db, err = openStore(ctx, dir)
+	db, err = openStore(ctx, StoreLocation(dir, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -154,7 +154,7 @@ func insertSandbox(ctx context.Context, db execer, s Sandbox) error {
 		md, env, s.EnvdAccessToken, boolInt(s.Secure), boolInt(s.AllowInternet), boolInt(s.AutoPause),
 		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second), s.Team, nw, vm)
 	if err != nil {
-		if strings.Contains(err.Error(), "UNIQUE") {
+		if isUniqueViolation(err) {
 			return fmt.Errorf("insert sandbox %s: %w", s.ID, errAlreadyExists)
 		}
 		return fmt.Errorf("insert sandbox %s: %w", s.ID, err)

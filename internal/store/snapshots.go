@@ -56,7 +56,7 @@ func (d *DB) InsertSnapshot(ctx context.Context, s Snapshot) error {
 		s.ID, s.Name, s.SandboxID, s.TemplateID, s.Alias, s.Runtime, s.CPUCount, s.MemoryMB, s.DiskSizeMB,
 		string(env), s.EnvdAccessToken, toUnix(s.CreatedAt), s.Team)
 	if err != nil {
-		if strings.Contains(err.Error(), "UNIQUE") {
+		if isUniqueViolation(err) {
 			return fmt.Errorf("snapshot %s (name %q): %w", s.ID, s.Name, errAlreadyExists)
 		}
 		return fmt.Errorf("insert snapshot %s: %w", s.ID, err)

@@ -1,7 +1,9 @@
 // Package store persists Moat's control-plane state (templates, API keys,
 // sandboxes) in one SQLite file, so that `moat serve` survives restarts and
-// the CLI can read and write the same data. Schema changes are numbered,
-// embedded migrations recorded in schema_version.
+// the CLI can read and write the same data, or in a PostgreSQL database
+// that several servers share (Open with a postgres:// URL; package pgsql).
+// The SQL is written once, for both. Schema changes are numbered, embedded
+// migrations recorded in schema_version, one directory per engine.
 package store
 
 import (
@@ -20,11 +22,12 @@ import (
 
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/store/eventstore"
+	"github.com/moatsh/moat/internal/store/pgsql"
 	"github.com/moatsh/moat/internal/store/secretstore"
 	"github.com/moatsh/moat/internal/store/sqlbase"
 )
 
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql pgmigrations/*.sql
 var migrations embed.FS
 
 var (
@@ -40,8 +43,10 @@ var (
 // in SQLite; reads use a pool of read-only connections and, with WAL,
 // never wait behind a write.
 type DB struct {
-	w *sql.DB // the one writer
-	r *sql.DB // readers
+	w *sql.DB // the one writer (PostgreSQL: the pool)
+	r *sql.DB // readers (PostgreSQL: the same pool)
+	// migrations is the directory of this engine's schema changes.
+	migrations string
 	*secretstore.Table
 	*eventstore.Tables
 }
@@ -61,7 +66,13 @@ const maxReaders = 8
 // and the orchestrator re-sends token and envVars to envd's /init on every
 // resume and copies them into snapshots (and sandboxes made from them), so
 // both must be at hand for as long as the sandbox or snapshot exists.
+//
+// A path that is a postgres:// URL opens that PostgreSQL database instead
+// (see OpenPostgres).
 func Open(ctx context.Context, path string) (*DB, error) {
+	if pgsql.IsDSN(path) {
+		return OpenPostgres(ctx, path)
+	}
 	if err := restrict(path); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
@@ -72,7 +83,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	w.SetMaxOpenConns(1)
-	d := &DB{w: w}
+	d := &DB{w: w, migrations: "migrations"}
 	if err := d.migrate(ctx); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("migrate store %s: %w", path, err)
@@ -90,6 +101,34 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		d.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
+	return d, nil
+}
+
+// maxPGConns bounds one server's connections to PostgreSQL: creates,
+// lookups and the proxy's route checks run beside each other, and a
+// cluster of several servers stays well under PostgreSQL's default
+// max_connections of 100.
+const maxPGConns = 16
+
+// OpenPostgres opens the PostgreSQL database dsn names (a postgres:// URL)
+// and applies pending migrations. The caller must Close it. PostgreSQL's
+// own access control protects the data at rest; what SQLite's file mode
+// does for the single-host store, the database's owner and pg_hba.conf do
+// here.
+func OpenPostgres(ctx context.Context, dsn string) (*DB, error) {
+	p, err := pgsql.Open(dsn)
+	if err != nil {
+		return nil, err
+	}
+	p.SetMaxOpenConns(maxPGConns)
+	p.SetMaxIdleConns(maxPGConns)
+	d := &DB{w: p, r: p, migrations: "pgmigrations"}
+	if err := d.migrate(ctx); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("migrate store %s: %w", pgsql.Redact(dsn), err)
+	}
+	d.Table = secretstore.New(d.w, d.r)
+	d.Tables = eventstore.New(d.w, d.r)
 	return d, nil
 }
 
@@ -121,7 +160,7 @@ func restrict(path string) error {
 // Close releases the database.
 func (d *DB) Close() error {
 	err := d.w.Close()
-	if d.r != nil {
+	if d.r != nil && d.r != d.w {
 		err = errors.Join(err, d.r.Close())
 	}
 	return err
@@ -140,13 +179,13 @@ func (d *DB) migrate(ctx context.Context) error {
 	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&cur); err != nil {
 		return err
 	}
-	files, err := fs.Glob(migrations, "migrations/*.sql")
+	files, err := fs.Glob(migrations, d.migrations+"/*.sql")
 	if err != nil {
 		return err
 	}
 	sort.Strings(files)
 	for _, f := range files {
-		base := strings.TrimPrefix(f, "migrations/")
+		base := strings.TrimPrefix(f, d.migrations+"/")
 		n, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
 		if err != nil {
 			return fmt.Errorf("migration %s: bad name", f)
@@ -181,6 +220,8 @@ var (
 	toUnix   = sqlbase.ToUnix
 	fromUnix = sqlbase.FromUnix
 	nonNil   = sqlbase.NonNil
+
+	isUniqueViolation = sqlbase.IsUniqueViolation
 )
 
 func boolInt(b bool) int {
@@ -188,4 +229,39 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// ServerLockKey is the session advisory lock a server holds on a
+// PostgreSQL store for its life ("moatser" in ASCII).
+const ServerLockKey = 0x6d6f61747365727
+
+// LockServer makes this server the only one using a PostgreSQL store until
+// release is called or the process dies (PostgreSQL drops a session lock
+// with its connection). A server reconciles every sandbox row with its own
+// host at startup and kills what it does not find, so two servers on one
+// database would destroy each other's sandboxes; until the cluster's node
+// roles exist, a second one is refused with errdefs.ErrConflict. A SQLite
+// store is one host's file, locked with its data dir: a no-op here.
+func (d *DB) LockServer(ctx context.Context) (release func(), err error) {
+	if d.r != d.w {
+		return func() {}, nil
+	}
+	c, err := d.w.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lock store: %w", err)
+	}
+	var ok bool
+	if err := c.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(?)`, int64(ServerLockKey)).Scan(&ok); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("lock store: %w", err)
+	}
+	if !ok {
+		c.Close()
+		return nil, errdefs.Publicf(errdefs.ErrConflict, "another moat serve is using this PostgreSQL database; "+
+			"one server per database until cluster roles (issue: nodes and API servers) exist")
+	}
+	return func() {
+		c.ExecContext(context.Background(), `SELECT pg_advisory_unlock(?)`, int64(ServerLockKey))
+		c.Close()
+	}, nil
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -37,7 +36,7 @@ func (d *DB) InsertVolume(ctx context.Context, v Volume) error {
 	_, err := d.w.ExecContext(ctx, `INSERT INTO volumes (`+volumeCols+`) VALUES (?, ?, ?, ?, ?, ?)`,
 		v.ID, v.Team, v.Name, v.SizeMB, v.Token, toUnix(v.CreatedAt))
 	if err != nil {
-		if strings.Contains(err.Error(), "UNIQUE") {
+		if isUniqueViolation(err) {
 			return fmt.Errorf("volume %s (name %q): %w", v.ID, v.Name, errAlreadyExists)
 		}
 		return fmt.Errorf("insert volume %s: %w", v.ID, err)

@@ -11,6 +11,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -59,12 +60,9 @@ func (d *Tables) AppendEvent(ctx context.Context, ev Event) (int, error) {
 		return 0, fmt.Errorf("append event: %w", err)
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `INSERT INTO sandbox_events (id, team, sandbox_id, type, at, body) VALUES (?, ?, ?, ?, ?, ?)`,
-		ev.ID, ev.Team, ev.SandboxID, ev.Type, sqlbase.ToUnix(ev.At), string(ev.Body))
-	if err != nil {
-		return 0, fmt.Errorf("append event: %w", err)
-	}
-	seq, err := res.LastInsertId()
+	var seq int64
+	err = tx.QueryRowContext(ctx, `INSERT INTO sandbox_events (id, team, sandbox_id, type, at, body) VALUES (?, ?, ?, ?, ?, ?) RETURNING seq`,
+		ev.ID, ev.Team, ev.SandboxID, ev.Type, sqlbase.ToUnix(ev.At), string(ev.Body)).Scan(&seq)
 	if err != nil {
 		return 0, fmt.Errorf("append event: %w", err)
 	}
@@ -102,9 +100,9 @@ func (d *Tables) ListEvents(ctx context.Context, team string, f EventFilter) ([]
 	if f.Asc {
 		order = "ASC"
 	}
-	limit := f.Limit
+	limit := int64(f.Limit)
 	if limit <= 0 {
-		limit = -1 // SQLite: no limit
+		limit = math.MaxInt64 // no limit (SQLite's -1 is an error on PostgreSQL)
 	}
 	args = append(args, limit, max(f.Offset, 0))
 	rows, err := d.r.QueryContext(ctx, `SELECT id, team, sandbox_id, type, at, body FROM sandbox_events WHERE `+

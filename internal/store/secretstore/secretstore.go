@@ -87,7 +87,7 @@ func (d *Table) CreateSecret(ctx context.Context, s Secret, seal SealFunc) (Secr
 	_, err = tx.ExecContext(ctx, `INSERT INTO secrets (`+secretCols+`) VALUES (?, ?, ?, 1, ?, ?, ?)`,
 		s.ID, s.Team, s.Name, string(md), toUnix(s.CreatedAt), toUnix(s.CreatedAt))
 	if err != nil {
-		if strings.Contains(err.Error(), "UNIQUE") {
+		if sqlbase.IsUniqueViolation(err) {
 			return Secret{}, fmt.Errorf("create secret: %w", secretExists(s.Name))
 		}
 		return Secret{}, fmt.Errorf("create secret: %w", err)

@@ -1,4 +1,4 @@
-// Package sqlbase holds what every table of Moat's SQLite store shares:
+// Package sqlbase holds what every table of Moat's store shares, on SQLite and on PostgreSQL:
 // how times are stored, how a missing row is reported, and the team-name
 // rule. It exists so that the store's tables can live in packages of
 // their own (internal/store/secretstore) without copying these pieces.
@@ -6,10 +6,18 @@ package sqlbase
 
 import (
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/store/pgsql"
 )
+
+// IsUniqueViolation reports whether err is a unique constraint's refusal,
+// from SQLite or PostgreSQL.
+func IsUniqueViolation(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "UNIQUE") || pgsql.IsUniqueViolation(err))
+}
 
 // NotFound is the public not-found error for the row of kind what with id.
 func NotFound(what, id string) error {

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/testkit/pgtest"
+	moat "github.com/moatsh/moat/sdk/go"
+)
+
+// TestServePostgres runs the real `moat serve --store postgres://...` on a
+// private PostgreSQL: a sandbox from "base" runs commands, its row is in
+// PostgreSQL (and nothing in DATA-DIR/moat.db), and a restarted server
+// finds it again and still runs commands in it.
+func TestServePostgres(t *testing.T) {
+	rootfs := requireRealServer(t)
+	pg := pgtest.Start(t)
+	dsn := pg.NewDB(t)
+	ctx := context.Background()
+	db, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.UpsertTemplate(ctx, store.Template{Name: "base", RootfsDir: rootfs}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	dataDir := t.TempDir()
+	if err := os.Chmod(filepath.Dir(dataDir), 0o711); err != nil {
+		t.Fatal(err)
+	}
+
+	s := startServerArgs(t, dataDir, []string{"--store", dsn})
+	if s.key == "" {
+		t.Fatalf("no API key printed for the new database:\n%s", s.out.String())
+	}
+	sb := s.createSandbox(t)
+	if got := runIn(t, sb, "echo pg-$((6*7))"); !strings.Contains(got, "pg-42") {
+		t.Fatalf("run: %q", got)
+	}
+	var state string
+	if err := pgtest.Open(t, dsn).QueryRowContext(ctx, `SELECT state FROM sandboxes WHERE id = $1`, sb.ID).Scan(&state); err != nil || state != "running" {
+		t.Fatalf("sandbox row in PostgreSQL: %q, %v", state, err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "moat.db")); err == nil {
+		t.Error("the server made DATA-DIR/moat.db although its store is PostgreSQL")
+	}
+
+	s.stop()
+	s2 := startServerArgs(t, dataDir, []string{"--store", dsn})
+	s2.key = s.key // printed once, when the database had none
+	got, err := s2.client().GetSandbox(ctx, sb.ID)
+	if err != nil {
+		t.Fatalf("after restart: get %s: %v\n%s", sb.ID, err, s2.out.String())
+	}
+	if out := runIn(t, got, "echo again"); !strings.Contains(out, "again") {
+		t.Fatalf("after restart: run: %q", out)
+	}
+	if err := got.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkStoreCreateFirstCommand measures create→first command of a
+// container sandbox through a real server on SQLite (the baseline) and on
+// PostgreSQL (a private server, fsync off as SQLite's synchronous=NORMAL
+// skips it per commit), MOAT_BENCH_STORE_ROUNDS (default 10) rounds each,
+// one at a time, in two alternating blocks per store, and prints the
+// medians and their ratio.
+func BenchmarkStoreCreateFirstCommand(b *testing.B) {
+	rootfs := requireRealServer(b)
+	rounds := envIntOr("MOAT_BENCH_STORE_ROUNDS", 10)
+	pg := pgtest.Start(b)
+	dsn := pg.NewDB(b)
+	ctx := context.Background()
+	db, err := store.Open(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := db.UpsertTemplate(ctx, store.Template{Name: "base", RootfsDir: rootfs}); err != nil {
+		b.Fatal(err)
+	}
+	db.Close()
+	sqliteDir, pgDir := newDataDir(b, rootfs), newDataDir(b, rootfs)
+	times := map[string][]time.Duration{}
+	keys := map[string]string{} // printed once, by a store's first server
+	for b.Loop() {
+		for range 2 {
+			for _, name := range []string{"sqlite", "postgres"} {
+				var s *realServer
+				if name == "sqlite" {
+					s = startServer(b, sqliteDir)
+				} else {
+					s = startServerArgs(b, pgDir, []string{"--store", dsn})
+				}
+				if s.key == "" {
+					s.key = keys[name]
+				}
+				keys[name] = s.key
+				for range (rounds + 1) / 2 {
+					times[name] = append(times[name], createFirstCommand(b, s))
+				}
+				s.stop()
+			}
+		}
+	}
+	med := func(v []time.Duration) time.Duration { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
+	base, p := med(times["sqlite"]), med(times["postgres"])
+	fmt.Printf("\ncreate→first command by store (container runtime, %d rounds each, medians)\n", len(times["sqlite"]))
+	fmt.Printf("  %-22s %8v\n", "SQLite (baseline)", base.Round(100*time.Microsecond))
+	fmt.Printf("  %-22s %8v   ratio %.2f×\n", "PostgreSQL", p.Round(100*time.Microsecond), float64(p)/float64(base))
+	b.ReportMetric(float64(p)/float64(base), "ratio")
+}
+
+// createFirstCommand creates a sandbox from "base", runs `true` in it and
+// returns the time from the create request to the command's end; the kill
+// is not timed.
+func createFirstCommand(b testing.TB, s *realServer) time.Duration {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	sb, err := s.client().CreateSandbox(ctx, moat.CreateOptions{Template: "base", Timeout: 5 * time.Minute})
+	if err != nil {
+		b.Fatalf("create: %v", err)
+	}
+	defer sb.Kill(context.Background())
+	if code, err := sb.Run(ctx, "true", moat.RunOptions{}); err != nil || code != 0 {
+		b.Fatalf("run: %d %v", code, err)
+	}
+	return time.Since(start)
+}
