@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -136,4 +137,59 @@ func createFirstCommand(b testing.TB, s *realServer) time.Duration {
 		b.Fatalf("run: %d %v", code, err)
 	}
 	return time.Since(start)
+}
+
+// TestServePostgresOutage stops PostgreSQL under a running server for a
+// while: the running sandbox keeps answering commands through the proxy,
+// creates and API reads answer 503 with a JSON body that names the
+// database, promptly; when PostgreSQL is back, creates work again without
+// restarting the server.
+func TestServePostgresOutage(t *testing.T) {
+	rootfs := requireRealServer(t)
+	pg := pgtest.Start(t)
+	dsn := pg.NewDB(t)
+	ctx := context.Background()
+	db, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.UpsertTemplate(ctx, store.Template{Name: "base", RootfsDir: rootfs}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	dataDir := t.TempDir()
+	if err := os.Chmod(filepath.Dir(dataDir), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	s := startServerArgs(t, dataDir, []string{"--store", dsn})
+	sb := s.createSandbox(t)
+	runIn(t, sb, "echo before")
+
+	pg.Stop()
+	c := loadClient()
+	for i := range 3 {
+		r := postCreate(ctx, c, s)
+		if r.status != http.StatusServiceUnavailable || r.err != nil {
+			t.Fatalf("create %d during the outage: %d %v, want 503 with an error body\n%s", i, r.status, r.err, s.out.String())
+		}
+		if r.took > 10*time.Second {
+			t.Errorf("create %d during the outage took %v", i, r.took)
+		}
+	}
+	_, err = s.client().ListSandboxes(ctx)
+	t.Logf("list during the outage: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "PostgreSQL") {
+		t.Errorf("list during the outage: %v, want an error naming PostgreSQL", err)
+	}
+	if got := runIn(t, sb, "echo during"); !strings.Contains(got, "during") {
+		t.Errorf("command during the outage: %q", got)
+	}
+
+	pg.Restart(t)
+	r := postCreate(ctx, c, s)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create after the outage: %d %v\n%s", r.status, r.err, s.out.String())
+	}
+	killAll(t, c, s, []string{r.id})
+	runIn(t, sb, "echo after")
 }

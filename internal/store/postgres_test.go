@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/store"
@@ -115,4 +116,41 @@ func TestPostgresLockServer(t *testing.T) {
 		t.Fatalf("LockServer after release: %v", err)
 	}
 	release2()
+}
+
+// TestPostgresOutage: while PostgreSQL is down, reads and writes fail at
+// once with errdefs.ErrUnavailable (not a hang, not an unclassified
+// error); when it is back, the same store works again without reopening.
+func TestPostgresOutage(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	d, err := store.Open(ctx, srv.NewDB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := d.CreateAPIKey(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	for i := range 3 { // the pool's old connections first, then new ones
+		start := time.Now()
+		_, err := d.CreateAPIKey(ctx, "a")
+		if !errors.Is(err, errdefs.ErrUnavailable) {
+			t.Fatalf("write %d while down: %v, want ErrUnavailable", i, err)
+		}
+		if _, err := d.CountAPIKeys(ctx); !errors.Is(err, errdefs.ErrUnavailable) {
+			t.Fatalf("read %d while down: %v, want ErrUnavailable", i, err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("attempt %d took %v while down", i, took)
+		}
+	}
+	srv.Restart(t)
+	if _, err := d.CreateAPIKey(ctx, "a"); err != nil {
+		t.Fatalf("write after restart: %v", err)
+	}
+	if n, err := d.CountAPIKeys(ctx); err != nil || n != 2 {
+		t.Fatalf("keys after restart = %d, %v; want 2", n, err)
+	}
 }

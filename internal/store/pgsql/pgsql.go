@@ -19,13 +19,18 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/moatsh/moat/internal/errdefs"
 )
 
 // TxLockKey is the advisory lock every write transaction holds until it
@@ -49,6 +54,39 @@ func Open(dsn string) (*sql.DB, error) {
 	return sql.OpenDB(connector{stdlib.GetConnector(*cfg)}), nil
 }
 
+// Unavailable is the public error a statement gets while PostgreSQL cannot
+// be reached or is shutting down: errdefs.ErrUnavailable (503), so that a
+// write during an outage is refused with a clear answer, and the cause.
+func Unavailable(cause error) error {
+	return fmt.Errorf("%w: %w", errdefs.Public(errdefs.ErrUnavailable,
+		"the state database (PostgreSQL) is unreachable; try again shortly"), cause)
+}
+
+// classify turns the errors of an unreachable or stopping server into
+// Unavailable and leaves the rest alone. driver.ErrBadConn stays as it is:
+// database/sql retries on a fresh connection when it sees it.
+func classify(err error) error {
+	if err == nil || errors.Is(err, driver.ErrBadConn) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		// Class 08: connection exception; 57P0x: admin or crash shutdown,
+		// cannot connect now.
+		if strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P") {
+			return Unavailable(err)
+		}
+		return err
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	if errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNRESET) {
+		return Unavailable(err)
+	}
+	return err
+}
+
 // IsUniqueViolation reports whether err is PostgreSQL's unique_violation.
 func IsUniqueViolation(err error) bool {
 	var pe *pgconn.PgError
@@ -60,7 +98,7 @@ type connector struct{ driver.Connector }
 func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
 	cn, err := c.Connector.Connect(ctx)
 	if err != nil {
-		return nil, err
+		return nil, classify(err)
 	}
 	pc, ok := cn.(*stdlib.Conn)
 	if !ok {
@@ -76,19 +114,23 @@ func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
 type conn struct{ *stdlib.Conn }
 
 func (c *conn) Prepare(q string) (driver.Stmt, error) {
-	return c.Conn.Prepare(Rebind(q))
+	st, err := c.Conn.Prepare(Rebind(q))
+	return st, classify(err)
 }
 
 func (c *conn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
-	return c.Conn.PrepareContext(ctx, Rebind(q))
+	st, err := c.Conn.PrepareContext(ctx, Rebind(q))
+	return st, classify(err)
 }
 
 func (c *conn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	return c.Conn.ExecContext(ctx, Rebind(q), args)
+	r, err := c.Conn.ExecContext(ctx, Rebind(q), args)
+	return r, classify(err)
 }
 
 func (c *conn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	return c.Conn.QueryContext(ctx, Rebind(q), args)
+	r, err := c.Conn.QueryContext(ctx, Rebind(q), args)
+	return r, classify(err)
 }
 
 func (c *conn) Begin() (driver.Tx, error) {
@@ -99,12 +141,12 @@ func (c *conn) Begin() (driver.Tx, error) {
 func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	tx, err := c.Conn.BeginTx(ctx, opts)
 	if err != nil || opts.ReadOnly {
-		return tx, err
+		return tx, classify(err)
 	}
 	lock := []driver.NamedValue{{Ordinal: 1, Value: int64(TxLockKey)}}
 	if _, err := c.Conn.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, lock); err != nil {
 		tx.Rollback()
-		return nil, fmt.Errorf("postgres: take the write lock: %w", err)
+		return nil, fmt.Errorf("postgres: take the write lock: %w", classify(err))
 	}
 	return tx, nil
 }

@@ -1,9 +1,19 @@
 package pgsql
 
 import (
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/moatsh/moat/internal/errdefs"
 )
 
 func TestRebind(t *testing.T) {
@@ -81,5 +91,29 @@ func TestRedact(t *testing.T) {
 		if got := Redact(in); got != want || strings.Contains(got, "s3cret") {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	unavailable := []error{
+		&pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"},
+		&pgconn.PgError{Code: "08006"},
+		fmt.Errorf("query: %w", io.ErrUnexpectedEOF),
+		&net.OpError{Op: "dial", Net: "unix", Err: syscall.ENOENT},
+		syscall.ECONNREFUSED,
+	}
+	for _, err := range unavailable {
+		if got := classify(err); !errors.Is(got, errdefs.ErrUnavailable) || !errors.Is(got, err) {
+			t.Errorf("classify(%v) = %v, want ErrUnavailable wrapping it", err, got)
+		}
+	}
+	for _, err := range []error{nil, driver.ErrBadConn, &pgconn.PgError{Code: "23505"}, errors.New("syntax")} {
+		if got := classify(err); got != err {
+			t.Errorf("classify(%v) = %v, want it unchanged", err, got)
+		}
+	}
+	var pub *errdefs.PublicError
+	if !errors.As(Unavailable(io.EOF), &pub) || !strings.Contains(pub.Error(), "PostgreSQL") {
+		t.Errorf("Unavailable's public message does not name the database: %v", Unavailable(io.EOF))
 	}
 }

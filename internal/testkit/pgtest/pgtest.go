@@ -34,6 +34,7 @@ const nobody = 65534
 // Server is one running PostgreSQL server.
 type Server struct {
 	dir  string // data in dir/data, the socket in dir
+	bin  string // PostgreSQL's binaries
 	cmd  *exec.Cmd
 	done chan struct{}
 	n    atomic.Int64
@@ -65,27 +66,37 @@ func Start(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	s := &Server{dir: dir, done: make(chan struct{})}
-	if err := s.initdb(bin); err != nil {
+	s := &Server{dir: dir, bin: bin}
+	if err := s.initdb(); err != nil {
 		t.Fatal(err)
 	}
-	s.cmd = s.command(filepath.Join(bin, "postgres"), "-D", filepath.Join(dir, "data"), "-k", dir,
+	t.Cleanup(s.Stop)
+	s.Restart(t)
+	return s
+}
+
+// Restart starts the server again after Stop (its data kept) and waits
+// until it accepts connections.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.cmd = s.command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(s.dir, "data"), "-k", s.dir,
 		"-c", "listen_addresses=", "-c", "fsync=off", "-c", "max_connections=200")
-	logf, err := os.Create(filepath.Join(dir, "server.log"))
+	logf, err := os.OpenFile(filepath.Join(s.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
+		logf.Close()
 		t.Fatalf("start postgres: %v", err)
 	}
-	go func() { s.cmd.Wait(); logf.Close(); close(s.done) }()
-	t.Cleanup(s.stop)
+	done := make(chan struct{})
+	s.done = done
+	go func() { s.cmd.Wait(); logf.Close(); close(done) }()
 	if err := s.waitReady(30 * time.Second); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+		log, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
 		t.Fatalf("postgres did not start: %v\n%s", err, log)
 	}
-	return s
 }
 
 // command runs name as the server's user: nobody under root, else the
@@ -100,13 +111,13 @@ func (s *Server) command(name string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-func (s *Server) initdb(bin string) error {
+func (s *Server) initdb() error {
 	if os.Geteuid() == 0 {
 		if err := os.Chown(s.dir, nobody, nobody); err != nil {
 			return err
 		}
 	}
-	cmd := s.command(filepath.Join(bin, "initdb"), "-D", filepath.Join(s.dir, "data"),
+	cmd := s.command(filepath.Join(s.bin, "initdb"), "-D", filepath.Join(s.dir, "data"),
 		"-U", "moat", "--auth=trust", "--locale=C", "--encoding=UTF8", "--no-sync")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb: %v\n%s", err, out)
@@ -142,8 +153,17 @@ func (s *Server) ping() error {
 	return db.PingContext(ctx)
 }
 
-// stop shuts the server down (fast shutdown; killed after 10 s).
-func (s *Server) stop() {
+// Stop shuts the server down (fast shutdown: sessions are ended; killed
+// after 10 s). A stopped server stays stopped.
+func (s *Server) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-s.done:
+		return
+	default:
+	}
 	s.cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case <-s.done:
