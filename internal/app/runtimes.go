@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
 )
 
@@ -34,12 +35,15 @@ func runtimeNames(s string) ([]string, error) {
 }
 
 // openRuntimes constructs the backends named in spec with cfg, sharing one
-// runtime.Shared (one network manager for all). close releases them.
+// network manager (cfg.Network). close releases them, then the manager.
 func openRuntimes(ctx context.Context, spec string, cfg runtime.Config) (rts []runtime.Runtime, close func(), err error) {
 	log := cfg.Logger
 	names, err := runtimeNames(spec)
 	if err != nil {
 		return nil, nil, fmt.Errorf("runtime: %w", err)
+	}
+	if cfg.Network, err = netpolicy.New(log, netpolicy.WithTestScope(cfg.Backends.Scope)); err != nil {
+		return nil, nil, fmt.Errorf("network: %w", err)
 	}
 	close = func() {
 		for i := len(rts) - 1; i >= 0; i-- {
@@ -49,8 +53,10 @@ func openRuntimes(ctx context.Context, spec string, cfg runtime.Config) (rts []r
 				}
 			}
 		}
+		if err := cfg.Network.Close(); err != nil {
+			log.Warn("close network manager", "err", err)
+		}
 	}
-	cfg.Shared = &runtime.Shared{}
 	for _, n := range names {
 		rt, err := runtime.New(ctx, n, cfg)
 		if err != nil {

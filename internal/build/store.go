@@ -12,7 +12,7 @@ import (
 // types stay in package store, the data model every implementation shares.
 //
 // Errors are errdefs kinds (test them with errors.Is); see each method.
-// internal/store/storetest checks an implementation against them.
+// internal/storetest checks an implementation against them.
 type Store interface {
 	// GetTeamTemplate finds a template team may use, shared or its own;
 	// another team's is errdefs.ErrNotFound.

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/moatsh/moat/internal/errdefs"
-	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/sandboxid"
 )
 
 // Net is the network of one sandbox.
@@ -115,7 +115,7 @@ func WithDenyPrefixes(ps []netip.Prefix) Option {
 const ifnameIDLen = 12
 
 // validID reports whether id can name host objects.
-func validID(id string) error { return runtime.ValidateID(id, 64) }
+func validID(id string) error { return sandboxid.Validate(id, 64) }
 
 func (o *options) hostIf(id string) string {
 	if len(id) > ifnameIDLen {

@@ -15,7 +15,7 @@ import (
 // Errors are errdefs kinds (test them with errors.Is): a lookup of an
 // unknown record is errdefs.ErrNotFound, an insert whose ID (or snapshot
 // name within its team) is taken errdefs.ErrAlreadyExists, a record without
-// a valid team errdefs.ErrInvalidArgument. internal/store/storetest checks
+// a valid team errdefs.ErrInvalidArgument. internal/storetest checks
 // an implementation against these promises.
 type Store interface {
 	SandboxStore

@@ -2,7 +2,7 @@
 // backends (container, gvisor, vm). The orchestrator only sees this
 // interface; each backend lives in a subpackage and registers itself by
 // name. Several backends can run in one server: they share host objects
-// through Config.Shared.
+// through Config (one network manager, Config.Network).
 package runtime
 
 import (
@@ -13,6 +13,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/moatsh/moat/internal/netpolicy"
 )
 
 // Spec describes a sandbox to create.
@@ -201,9 +203,11 @@ type Constructor func(ctx context.Context, cfg Config) (Runtime, error)
 type Config struct {
 	DataDir string
 	Logger  *slog.Logger
-	// Shared is what backends in the same server process share (one
-	// network manager); nil when a backend runs alone.
-	Shared *Shared
+	// Network is the network manager every backend of the server uses
+	// (addresses, nftables rules and the Recover of networks are
+	// host-wide, so there is one); nil when a backend runs alone and
+	// makes its own.
+	Network *netpolicy.Manager
 	// Backends are the operator's settings of each backend (cmd/moat
 	// reads them from flags and MOAT_* variables; no backend reads the
 	// environment). Zero values are the defaults.

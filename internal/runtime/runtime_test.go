@@ -1,35 +1,8 @@
 package runtime
 
 import (
-	"strings"
 	"testing"
-
-	"github.com/moatsh/moat/internal/errdefs"
 )
-
-func TestValidateID(t *testing.T) {
-	for _, tc := range []struct {
-		id  string
-		max int
-		ok  bool
-	}{
-		{"abc123", 64, true},
-		{strings.Repeat("a", 40), 40, true},
-		{strings.Repeat("a", 41), 40, false},
-		{"", 64, false},
-		{"ABC", 64, false},
-		{"a-b", 64, false},
-		{"../x", 64, false},
-	} {
-		err := ValidateID(tc.id, tc.max)
-		if (err == nil) != tc.ok {
-			t.Errorf("ValidateID(%q, %d) = %v, want ok=%v", tc.id, tc.max, err, tc.ok)
-		}
-		if err != nil && !errdefs.IsInvalidArgument(err) {
-			t.Errorf("ValidateID(%q, %d) = %v, want an invalid-argument error", tc.id, tc.max, err)
-		}
-	}
-}
 
 func TestBoxes(t *testing.T) {
 	type box struct{ n int }

@@ -23,7 +23,7 @@ const (
 	MaxMetaBytes      = 8192
 )
 
-// Store is the persistence of secrets (*store.DB; internal/store/storetest
+// Store is the persistence of secrets (*store.DB; internal/storetest
 // checks an implementation): records of one team only, another team's is
 // errdefs.ErrNotFound; a taken name errdefs.ErrAlreadyExists; idOrName is
 // a secret ID (sec_...) or a name in any case.

@@ -19,7 +19,7 @@ import (
 // errdefs.ErrNotFound, a taken template name errdefs.ErrAlreadyExists, a
 // template with a build running errdefs.ErrFailedPrecondition, a shared
 // one store.ErrSharedTemplate (also ErrFailedPrecondition).
-// internal/store/storetest checks an implementation against these promises.
+// internal/storetest checks an implementation against these promises.
 type Store interface {
 	APIKeyChecker
 	TemplateStore

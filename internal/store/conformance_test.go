@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/moatsh/moat/internal/store"
-	"github.com/moatsh/moat/internal/store/storetest"
+	"github.com/moatsh/moat/internal/storetest"
 	"github.com/moatsh/moat/internal/testkit/pgtest"
 )
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/sandboxid"
 	"github.com/moatsh/moat/internal/store"
 )
 
@@ -55,7 +56,7 @@ func fmtHours(d time.Duration) string {
 // Spec is the runtime.Spec of a new sandbox of tpl on the runtime called
 // rt, with a fresh ID; a size over a ceiling is ErrInvalidArgument.
 func (l Limits) Spec(tpl store.Template, rt string, allowInternet bool) (runtime.Spec, error) {
-	s := runtime.Spec{ID: runtime.NewSandboxID(), TemplateID: tpl.ID, RootfsDir: tpl.RootfsDir, Runtime: rt,
+	s := runtime.Spec{ID: sandboxid.New(), TemplateID: tpl.ID, RootfsDir: tpl.RootfsDir, Runtime: rt,
 		VCPUs: DefaultVCPUs, MemoryMiB: DefaultMemoryMiB, DiskMiB: DefaultDiskMiB, Pids: DefaultPids,
 		AllowInternet: allowInternet, Hostname: "e2b"}
 	if tpl.CPUCount > 0 {

@@ -2,7 +2,6 @@ package container
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"path/filepath"
 
@@ -66,19 +65,11 @@ func (f flavor) spec(s *specs.Spec) *specs.Spec {
 	return s
 }
 
-// SharedNetwork returns the network manager of cfg.Shared (one per server
-// process, whatever backends it runs), making it on first use.
-func SharedNetwork(cfg runtime.Config, log *slog.Logger) (*netpolicy.Manager, error) {
-	if cfg.Shared != nil && cfg.Logger != nil {
-		log = cfg.Logger // shared: not one backend's
+// Network returns the server's network manager (cfg.Network), or makes
+// one for a backend that runs alone.
+func Network(cfg runtime.Config, log *slog.Logger) (*netpolicy.Manager, error) {
+	if cfg.Network != nil {
+		return cfg.Network, nil
 	}
-	v, err := cfg.Shared.Get("netpolicy", func() (any, error) { return netpolicy.New(log, netpolicy.WithTestScope(cfg.Backends.Scope)) })
-	if err != nil {
-		return nil, err
-	}
-	m, ok := v.(*netpolicy.Manager)
-	if !ok {
-		return nil, fmt.Errorf("shared netpolicy is a %T", v)
-	}
-	return m, nil
+	return netpolicy.New(log, netpolicy.WithTestScope(cfg.Backends.Scope))
 }

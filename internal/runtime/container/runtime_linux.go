@@ -22,6 +22,7 @@ import (
 	"github.com/moatsh/moat/internal/runtime/container/hostfs"
 	"github.com/moatsh/moat/internal/runtime/container/oci"
 	"github.com/moatsh/moat/internal/runtime/slots"
+	"github.com/moatsh/moat/internal/sandboxid"
 )
 
 // Name is the backend's registered name.
@@ -78,6 +79,7 @@ type Runtime struct {
 	oci     *oci.CLI
 	others  []*oci.CLI // the other OCI runtime in its default root, for Recover only
 	net     *netpolicy.Manager
+	ownNet  bool             // net is not the server's shared one (cfg.Network): Close releases it
 	ids     *idmap.Allocator // each sandbox's host ID range, recorded in its dir
 	disks   *hostfs.Disks    // blank disk images in <DataDir>/disks
 	slots   *slots.Set       // sandboxes made ahead (slots_linux.go)
@@ -141,9 +143,10 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	}
 	r.oci = oc
 	r.net = o.net
+	r.ownNet = o.net != nil || cfg.Network == nil
 	r.slots = slots.New(log, o.prelaunch, slotKeys, slotDelay, r.Kill)
 	if r.net == nil {
-		if r.net, err = SharedNetwork(cfg, log); err != nil {
+		if r.net, err = Network(cfg, log); err != nil {
 			return nil, fmt.Errorf("container runtime: %w", err)
 		}
 	}
@@ -581,14 +584,19 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	return st, nil
 }
 
-// Close kills the idle slots and stops making them, then releases the
-// network policy when no sandbox is left (see netpolicy.Manager.Close).
+// Close kills the idle slots and stops making them, then, unless its
+// network manager is the server's shared one, releases the network policy when no sandbox is
+// left (see netpolicy.Manager.Close; the server closes a shared one).
 func (r *Runtime) Close() error {
-	return errors.Join(r.slots.Close(context.Background()), r.net.Close())
+	err := r.slots.Close(context.Background())
+	if r.ownNet {
+		err = errors.Join(err, r.net.Close())
+	}
+	return err
 }
 
 // validID reports whether id can name this backend's host objects: up to 64 of [a-z0-9].
-func validID(id string) error { return runtime.ValidateID(id, 64) }
+func validID(id string) error { return sandboxid.Validate(id, 64) }
 
 func readPID(p string) (int, error) {
 	b, err := os.ReadFile(p)

@@ -10,6 +10,7 @@ import (
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/slots"
+	"github.com/moatsh/moat/internal/sandboxid"
 )
 
 // Slots (package slots holds their IDs): after a create of a template (not
@@ -80,7 +81,7 @@ func (r *Runtime) startSlot(ctx context.Context, spec runtime.Spec, b *sandbox, 
 func (r *Runtime) makeSlot(ctx context.Context, spec runtime.Spec) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.o.readyTimeout)
 	defer cancel()
-	spec.ID, spec.AllowInternet = runtime.NewSandboxID(), false
+	spec.ID, spec.AllowInternet = sandboxid.New(), false
 	start := time.Now()
 	b := r.boxes.Get(spec.ID)
 	b.mu.Lock()

@@ -21,8 +21,8 @@ var _ runtime.BuildRuntimer = (*Runtime)(nil)
 // not recovered by it (its Recover would tear down this runtime's
 // networks); the microVM runtime's own Recover removes their networks.
 func (r *Runtime) BuildRuntime(ctx context.Context) (runtime.Runtime, error) {
-	rt, err := container.New(ctx, runtime.Config{DataDir: filepath.Dir(r.dir), Logger: r.log.With("for", "template builds")},
-		container.WithNetwork(r.net), container.WithOCIRuntime(r.o.oci))
+	rt, err := container.New(ctx, runtime.Config{DataDir: filepath.Dir(r.dir), Logger: r.log.With("for", "template builds"),
+		Network: r.net}, container.WithOCIRuntime(r.o.oci))
 	if err != nil {
 		return nil, fmt.Errorf("vm runtime: build sandboxes: %w", err)
 	}

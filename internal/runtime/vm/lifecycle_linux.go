@@ -16,10 +16,11 @@ import (
 	"github.com/moatsh/moat/internal/runtime/vm/launch"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
+	"github.com/moatsh/moat/internal/sandboxid"
 )
 
 // validID reports whether id can name this backend's host objects: up to 40 of [a-z0-9].
-func validID(id string) error { return runtime.ValidateID(id, 40) }
+func validID(id string) error { return sandboxid.Validate(id, 40) }
 
 func withDefaults(spec runtime.Spec) runtime.Spec {
 	if spec.VCPUs <= 0 {

@@ -204,7 +204,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	}
 	r.net = o.net
 	if r.net == nil {
-		if r.net, err = container.SharedNetwork(cfg, log); err != nil {
+		if r.net, err = container.Network(cfg, log); err != nil {
 			return nil, fmt.Errorf("vm runtime: %w", err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/moatsh/moat/internal/runtime/slots"
 	"github.com/moatsh/moat/internal/runtime/vm/launch"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
+	"github.com/moatsh/moat/internal/sandboxid"
 )
 
 // Slots (package slots holds their IDs): after a create of a template (not
@@ -79,7 +80,7 @@ func (r *Runtime) refillSlots(spec runtime.Spec, snap *snapshot.Snapshot) {
 func (r *Runtime) makeSlot(ctx context.Context, spec runtime.Spec, snap *snapshot.Snapshot) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.o.readyTimeout)
 	defer cancel()
-	spec.ID, spec.AllowInternet, spec.Background = runtime.NewSandboxID(), false, true
+	spec.ID, spec.AllowInternet, spec.Background = sandboxid.New(), false, true
 	start := time.Now()
 	b := r.boxes.Get(spec.ID)
 	b.mu.Lock()

@@ -214,4 +214,3 @@ func Open(t testing.TB, dsn string) *sql.DB {
 	t.Cleanup(func() { db.Close() })
 	return db
 }
-
