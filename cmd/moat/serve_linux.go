@@ -14,9 +14,6 @@ import (
 	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/app"
 	"github.com/moatsh/moat/internal/orchestrator"
-	_ "github.com/moatsh/moat/internal/runtime/container" // registers runtime "container"
-	_ "github.com/moatsh/moat/internal/runtime/gvisor"    // registers runtime "gvisor"
-	_ "github.com/moatsh/moat/internal/runtime/vm"        // registers runtime "vm"
 	"github.com/moatsh/moat/internal/store"
 )
 

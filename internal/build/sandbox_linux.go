@@ -21,9 +21,9 @@ import (
 	"github.com/moatsh/moat/internal/build/upper"
 	"github.com/moatsh/moat/internal/envd/runcmd"
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/hostfs"
 	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/runtime"
-	"github.com/moatsh/moat/internal/runtime/container/hostfs"
 )
 
 // SandboxRunner runs RUN steps in a sandbox of the container runtime: the

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moatsh/moat/internal/errdefs"
-	"github.com/moatsh/moat/internal/runtime/container/hostfs"
+	"github.com/moatsh/moat/internal/hostfs"
 )
 
 // Manager creates, mounts and removes volume images. Safe for concurrent

@@ -17,9 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moatsh/moat/internal/cgroups"
+	"github.com/moatsh/moat/internal/hostfs"
 	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/runtime"
-	"github.com/moatsh/moat/internal/runtime/container/hostfs"
 )
 
 func TestLifecycle(t *testing.T) {

@@ -5,9 +5,9 @@ import (
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/moatsh/moat/internal/hostfs"
 	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/runtime"
-	"github.com/moatsh/moat/internal/runtime/container/hostfs"
 )
 
 // MountsVolumes implements runtime.VolumeMounter: crun binds volumes with

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/guestinit"
 	"github.com/moatsh/moat/internal/runtime"
-	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 	"github.com/moatsh/moat/internal/runtime/vm/image"
 )
 

@@ -13,10 +13,10 @@ import (
 
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/guestinit"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/freeze"
-	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 )
 
 // counterLoop runs in the background of a guest and counts in /tmp/counter.

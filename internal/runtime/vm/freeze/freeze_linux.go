@@ -25,8 +25,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/moatsh/moat/internal/guestinit"
 	"github.com/moatsh/moat/internal/qmp"
-	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 	"github.com/moatsh/moat/internal/runtime/vm/memfile"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 	"github.com/moatsh/moat/internal/sparse"

@@ -6,9 +6,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/moatsh/moat/internal/guestinit"
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
-	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
+	"github.com/moatsh/moat/internal/guestinit"
 	"github.com/moatsh/moat/internal/runtime/vm/image"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 )

@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/cleanup"
+	"github.com/moatsh/moat/internal/guestinit"
 	"github.com/moatsh/moat/internal/idmap"
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
-	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 	"github.com/moatsh/moat/internal/runtime/vm/image"
 	"github.com/moatsh/moat/internal/runtime/vm/launch"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"

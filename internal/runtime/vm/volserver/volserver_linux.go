@@ -36,9 +36,9 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/guestinit"
 	"github.com/moatsh/moat/internal/nfsd"
 	"github.com/moatsh/moat/internal/runtime"
-	"github.com/moatsh/moat/internal/runtime/vm/guestinit"
 )
 
 // Name is argv[0] of every server process (argv[1] is the sandbox ID).

@@ -8,5 +8,8 @@
 // exists apart from package container so that the mount plumbing, which
 // only knows paths, sizes and ID ranges, stays out of the sandbox
 // lifecycle; every object it makes lives under <dir>, named after the
-// sandbox's ID by the caller.
+// sandbox's ID by the caller. It sits outside internal/runtime because
+// template builds and volumes use the same plumbing (loop-mounted images,
+// removal that refuses while something is mounted) without depending on a
+// backend.
 package hostfs

@@ -4,7 +4,9 @@
 // command line names one) and keeps envd running while it reaps orphaned
 // processes. After a restore from a snapshot it renews the guest's CRNG
 // and clock and warms the first command's path (warmUp). cmd/moat-vminit
-// is its static binary.
+// is its static binary. It sits outside internal/runtime/vm because it is
+// the guest's program, not the host backend's: the backend shares only its
+// kernel command line keys and paths with it.
 package guestinit
 
 // Kernel command line keys read by Main.
