@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moatsh/moat/internal/cleanup"
+	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/netpolicy/firewall"
 )
 
@@ -313,8 +314,25 @@ func (m *Manager) createVeth(n *Net) error {
 	return nil
 }
 
+// Readdress puts back eth0's addresses and default routes in sandbox id's
+// netns where they are missing, as Setup made them. gVisor's netstack
+// takes them off the kernel's side of the namespace when runsc starts, so
+// a sandbox run a second time in the same netns (a resume from a
+// filesystem-only pause) needs them again. ErrNotFound without a network.
+func (m *Manager) Readdress(ctx context.Context, id string) error {
+	n, ok := m.Lookup(id)
+	if !ok {
+		return fmt.Errorf("sandbox %s: no network: %w", id, errdefs.ErrNotFound)
+	}
+	if err := configureInside(n); err != nil {
+		return err
+	}
+	m.log.DebugContext(ctx, "network readdressed", "sandbox", id)
+	return nil
+}
+
 // configureInside raises lo and eth0 in the netns, addresses eth0 and routes
-// everything via the host side.
+// everything via the host side; what is already there is kept.
 func configureInside(n *Net) error {
 	ns, err := netns.GetFromPath(n.NSPath)
 	if err != nil {
@@ -337,12 +355,12 @@ func configureInside(n *Net) error {
 	if err != nil {
 		return fmt.Errorf("sandbox %s: eth0: %w", n.ID, err)
 	}
-	if err := h.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(n.SandboxAddr, n.Prefix)}); err != nil {
+	if err := h.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(n.SandboxAddr, n.Prefix)}); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("sandbox %s: address %s: %w", n.ID, n.SandboxAddr, err)
 	}
 	if n.SandboxAddr6.IsValid() {
 		a6 := &netlink.Addr{IPNet: ipNet(n.SandboxAddr6, Prefix6), Flags: unix.IFA_F_NODAD}
-		if err := h.AddrAdd(eth, a6); err != nil {
+		if err := h.AddrAdd(eth, a6); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("sandbox %s: address %s: %w", n.ID, n.SandboxAddr6, err)
 		}
 	}
@@ -353,7 +371,7 @@ func configureInside(n *Net) error {
 		if !gw.IsValid() {
 			continue
 		}
-		if err := h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.IP(gw.AsSlice())}); err != nil {
+		if err := h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.IP(gw.AsSlice())}); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("sandbox %s: default route via %s: %w", n.ID, gw, err)
 		}
 	}

@@ -50,8 +50,21 @@ func (o *Orchestrator) forgetLocked(e *entry, id string) {
 	o.live.Forget(e, id, func() { o.reaper.Untrack(id) })
 }
 
-// Pause freezes a running sandbox. ErrConflict when it is not running.
+// Pause freezes a running sandbox with its memory. ErrConflict when it is
+// not running.
 func (o *Orchestrator) Pause(ctx context.Context, team, id string) error {
+	return o.pause(ctx, team, id, false)
+}
+
+// PauseFilesystem pauses a running sandbox keeping only its files (E2B's
+// memory: false): its processes end, a resume boots it from its disk, and
+// traffic does not auto-resume it. ErrNotImplemented on a runtime that
+// cannot.
+func (o *Orchestrator) PauseFilesystem(ctx context.Context, team, id string) error {
+	return o.pause(ctx, team, id, true)
+}
+
+func (o *Orchestrator) pause(ctx context.Context, team, id string, filesystem bool) error {
 	e, err := o.live.Lock(team, id)
 	if err != nil {
 		return err
@@ -64,22 +77,30 @@ func (o *Orchestrator) Pause(ctx context.Context, team, id string) error {
 		return err
 	}
 	defer release()
-	return o.pauseLocked(ctx, e)
+	return o.pauseLocked(ctx, e, filesystem)
 }
 
-func (o *Orchestrator) pauseLocked(ctx context.Context, e *entry) error {
+// pauseLocked pauses e with its memory, or keeping only its files.
+func (o *Orchestrator) pauseLocked(ctx context.Context, e *entry, filesystem bool) error {
 	sb := o.live.Sandbox(e)
 	if sb.State != store.StateRunning {
 		return errdefs.Publicf(errdefs.ErrConflict, "sandbox %s cannot be paused while in '%s' state", sb.ID, sb.State)
 	}
+	if filesystem && !o.rts.PausesFilesystem(sb.ID) {
+		return errdefs.Publicf(errdefs.ErrNotImplemented, "the %s runtime cannot pause a sandbox without its memory (memory: false); pause it with its memory", sb.Runtime)
+	}
 	if err := o.commit(ctx, e, withState(sb, store.StatePausing)); err != nil {
 		return err
 	}
-	if err := o.rt.Pause(context.WithoutCancel(ctx), sb.ID); err != nil {
+	pause := o.rt.Pause
+	if filesystem {
+		pause = o.rts.PauseFilesystem
+	}
+	if err := pause(context.WithoutCancel(ctx), sb.ID); err != nil {
 		o.revert(ctx, e, sb)
 		return fmt.Errorf("pause sandbox %s: %w", sb.ID, err)
 	}
-	sb.State = store.StatePaused
+	sb.State, sb.PausedFilesystem = store.StatePaused, filesystem
 	sb.EndAt = o.clock.Now().UTC()
 	if err := o.commit(ctx, e, sb); err != nil {
 		return err
@@ -146,7 +167,7 @@ func (o *Orchestrator) resumeLocked(ctx context.Context, e *entry, sb store.Sand
 		}
 	}
 	// A resumed sandbox is a new run: its lifetime limit starts again.
-	sb.State = store.StateRunning
+	sb.State, sb.PausedFilesystem = store.StateRunning, false
 	sb.StartedAt = o.clock.Now().UTC()
 	sb.EndAt = o.capEnd(sb, sb.StartedAt.Add(timeout))
 	if err := o.commit(ctx, e, sb); err != nil {
@@ -174,6 +195,8 @@ func (o *Orchestrator) Wake(ctx context.Context, id string) (Route, error) {
 	defer e.Op.Unlock()
 	sb := o.live.Sandbox(e)
 	switch {
+	case sb.State == store.StatePaused && sb.PausedFilesystem:
+		return Route{}, errdefs.Publicf(errdefs.ErrConflict, "sandbox %s was paused without its memory and is not resumed by traffic; resume it with connect", id)
 	case sb.State == store.StatePaused && sb.AutoResume:
 		timeout := sb.Timeout
 		if timeout <= 0 {

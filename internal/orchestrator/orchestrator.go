@@ -87,6 +87,7 @@ type CreateRequest struct {
 	AllowInternet bool
 	AutoPause     bool
 	AutoResume    bool // proxy traffic resumes it when paused (needs AutoPause)
+	AutoPauseFS   bool // the auto-pause keeps only the files (E2B's autoPauseMemory: false)
 	// AllowOut and DenyOut are E2B's network.allowOut/denyOut (IPs and
 	// CIDR blocks; validated here).
 	AllowOut []string
@@ -269,7 +270,8 @@ func (o *Orchestrator) newSandbox(req CreateRequest, tpl store.Template, spec ru
 	sb := store.Sandbox{ID: spec.ID, Team: req.Team, TemplateID: tpl.ID, Alias: tpl.Name, State: store.StateRunning,
 		Runtime: spec.Runtime, Metadata: req.Metadata, EnvVars: envVars, Secure: req.Secure,
 		AllowInternet: req.AllowInternet, AutoPause: req.AutoPause, AutoResume: req.AutoResume && req.AutoPause,
-		Timeout: req.Timeout, CPUCount: spec.VCPUs, MemoryMB: spec.MemoryMiB, DiskSizeMB: spec.DiskMiB,
+		AutoPauseFilesystem: req.AutoPauseFS && req.AutoPause,
+		Timeout:             req.Timeout, CPUCount: spec.VCPUs, MemoryMB: spec.MemoryMiB, DiskSizeMB: spec.DiskMiB,
 		Network: network}
 	if req.Secure {
 		sb.EnvdAccessToken = sandboxspec.RandomHex(32)

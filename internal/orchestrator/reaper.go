@@ -61,7 +61,7 @@ func (o *Orchestrator) expire(ctx context.Context, id string) {
 	}
 	log := o.log.With("sandboxID", sb.ID)
 	if sb.AutoPause {
-		if err := o.pauseLocked(ctx, e); err == nil {
+		if err := o.pauseLocked(ctx, e, sb.AutoPauseFilesystem); err == nil {
 			log.Info("sandbox timed out: paused")
 			return
 		} else {

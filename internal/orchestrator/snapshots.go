@@ -157,7 +157,7 @@ func (o *Orchestrator) Fork(ctx context.Context, team, id string, count int, tim
 		}
 	}()
 	req := CreateRequest{Team: team, Template: snap.ID, Timeout: timeout, Metadata: src.Metadata, Secure: src.Secure,
-		AllowInternet: src.AllowInternet, AutoPause: src.AutoPause, AutoResume: src.AutoResume,
+		AllowInternet: src.AllowInternet, AutoPause: src.AutoPause, AutoResume: src.AutoResume, AutoPauseFS: src.AutoPauseFilesystem,
 		AllowOut: src.Network.AllowOut, DenyOut: src.Network.DenyOut, Rules: src.Network.Rules,
 		PrivateTraffic: src.Network.TrafficAccessToken != ""}
 	out := make([]ForkResult, count)

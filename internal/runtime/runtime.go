@@ -100,6 +100,15 @@ type Features struct {
 	PauseToDisk bool
 }
 
+// FilesystemPauser is implemented by backends that can pause a sandbox
+// keeping only its files (E2B's pause with memory: false): its processes
+// end and its memory goes back to the host, its disk stays, and Resume
+// boots it again from that disk (Handle.Paused after Recover, as for any
+// pause). The others answer such a pause with errdefs.ErrNotImplemented.
+type FilesystemPauser interface {
+	PauseFilesystem(ctx context.Context, id string) error
+}
+
 // Snapshotter is implemented by backends that can save a running sandbox
 // and start new ones from it (Spec.Snapshot); the others answer
 // errdefs.ErrNotImplemented to a create from a snapshot.

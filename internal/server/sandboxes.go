@@ -60,6 +60,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32
 			return
 		}
 	}
+	// autoPauseMemory: false makes the auto-pause keep only the files;
+	// such a pause is never resumed by traffic.
+	autoPauseFS := autoPause && body.AutoPauseMemory != nil && !*body.AutoPauseMemory
+	if autoPauseFS && autoResume {
+		errhttp.Write(w, http.StatusBadRequest, "autoResume cannot be combined with autoPauseMemory: false (a filesystem-only pause is resumed only with connect)")
+		return
+	}
 	for _, f := range []struct {
 		name string
 		raw  []byte
@@ -79,6 +86,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32
 		AllowInternet: body.AllowInternetAccess == nil || *body.AllowInternetAccess,
 		AutoPause:     autoPause,
 		AutoResume:    autoResume,
+		AutoPauseFS:   autoPauseFS,
 	}
 	if err := s.parseNetwork(r.Context(), fields["network"], &req); err != nil {
 		s.fail(w, r, err)
@@ -161,12 +169,16 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 func (s *Server) pause(w http.ResponseWriter, r *http.Request, id string) {
-	var body rest.SandboxPauseRequest // memory:false (filesystem-only) is treated like a full pause
+	var body rest.SandboxPauseRequest
 	if err := decode(r, &body, false); err != nil {
 		s.writeBodyErr(w, r, err)
 		return
 	}
-	if err := s.orch.Pause(r.Context(), team(r), id); err != nil {
+	pause := s.orch.Pause
+	if body.Memory != nil && !*body.Memory {
+		pause = s.orch.PauseFilesystem // memory: false keeps only the files
+	}
+	if err := pause(r.Context(), team(r), id); err != nil {
 		s.fail(w, r, err)
 		return
 	}

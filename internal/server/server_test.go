@@ -308,6 +308,14 @@ func TestLifecycleEndpoints(t *testing.T) {
 	if r := h.do("POST", "/v2"+p+"/connect", `{}`); r.status != 200 {
 		t.Fatalf("v2 connect running %d", r.status)
 	}
+	// memory: false pauses to the files; connect resumes it (201).
+	if r := h.do("POST", p+"/pause", `{"memory":false}`); r.status != 204 {
+		t.Fatalf("filesystem-only pause %d %s", r.status, r.body)
+	}
+	h.do("POST", p+"/pause", `{"memory":"no"}`).errBody(t, 400)
+	if r := h.do("POST", "/v2"+p+"/connect", `{"timeout":30}`); r.status != 201 {
+		t.Fatalf("connect after a filesystem-only pause %d %s", r.status, r.body)
+	}
 	_ = h.do("POST", p+"/pause", ``)
 	if r := h.do("POST", p+"/resume", `{"timeout":30}`); r.status != 201 {
 		t.Fatalf("resume %d %s", r.status, r.body)

@@ -100,6 +100,8 @@ func TestAutoResumeFlag(t *testing.T) {
 	h := newHarness(t)
 	h.do("POST", "/v2/sandboxes", `{"templateID":"base","autoResume":{"enabled":true}}`).errBody(t, 400)
 	h.do("POST", "/v2/sandboxes", `{"templateID":"base","autoPause":true,"autoResume":{}}`).errBody(t, 400)
+	// A filesystem-only auto-pause is never resumed by traffic (E2B's SDK refuses it too).
+	h.do("POST", "/v2/sandboxes", `{"templateID":"base","autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":true}}`).errBody(t, 400)
 	id := h.create(`{"templateID":"base","autoPause":true,"autoResume":{"enabled":true}}`)["sandboxID"].(string)
 	var d map[string]any
 	h.do("GET", "/sandboxes/"+id, "").json(t, &d)

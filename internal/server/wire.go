@@ -22,9 +22,7 @@ const clientID = "6532622b"
 // storage are refused with 400 naming them when set (mcp, iam,
 // and in network: see parseNetwork; volumeMounts when the server has no
 // volumes). Ignored because
-// harmless: autoPauseMemory (a pause always keeps memory, which loses
-// nothing a filesystem-only pause would keep) and fields this server does
-// not know at the top level (newer SDKs' additions; the network object, all
+// harmless: fields this server does not know at the top level (newer SDKs' additions; the network object, all
 // of whose fields matter, refuses unknown ones).
 
 // apiState maps stored states onto the two the API knows.

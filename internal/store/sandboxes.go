@@ -27,13 +27,19 @@ type Sandbox struct {
 	Secure          bool
 	AllowInternet   bool
 	AutoPause       bool
-	AutoResume      bool          // traffic through the proxy resumes it when paused
-	Timeout         time.Duration // lifetime asked for at create (whole seconds); an auto-resume grants it again
-	CPUCount        int
-	MemoryMB        int
-	DiskSizeMB      int
-	Network         Network // egress policy and proxy access, on top of AllowInternet
-	VolumeMounts    []VolumeMount
+	AutoResume      bool // traffic through the proxy resumes it when paused
+	// AutoPauseFilesystem: the auto-pause keeps only the files (E2B's
+	// autoPauseMemory: false); PausedFilesystem: the current pause dropped
+	// the memory, so a resume boots from the files and traffic never
+	// auto-resumes it.
+	AutoPauseFilesystem bool
+	PausedFilesystem    bool
+	Timeout             time.Duration // lifetime asked for at create (whole seconds); an auto-resume grants it again
+	CPUCount            int
+	MemoryMB            int
+	DiskSizeMB          int
+	Network             Network // egress policy and proxy access, on top of AllowInternet
+	VolumeMounts        []VolumeMount
 }
 
 // VolumeMount is a volume a sandbox mounts, and where.
@@ -93,7 +99,7 @@ type SandboxFilter struct {
 
 const sandboxCols = `id, template_id, alias, state, runtime, addr, started_at, end_at, metadata,
 	env_vars, envd_access_token, secure, allow_internet, auto_pause, cpu_count, memory_mb, disk_size_mb,
-	auto_resume, timeout_s, team, network, volume_mounts`
+	auto_resume, timeout_s, team, network, volume_mounts, auto_pause_fs, paused_fs`
 
 // InsertSandbox stores a new sandbox; errdefs.ErrAlreadyExists if the ID is
 // taken, errdefs.ErrInvalidArgument without a valid team.
@@ -149,10 +155,11 @@ func insertSandbox(ctx context.Context, db execer, s Sandbox) error {
 		vm = string(b)
 	}
 	_, err = db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.ID, s.TemplateID, s.Alias, s.State, s.Runtime, s.Addr, toUnix(s.StartedAt), toUnix(s.EndAt),
 		md, env, s.EnvdAccessToken, boolInt(s.Secure), boolInt(s.AllowInternet), boolInt(s.AutoPause),
-		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second), s.Team, nw, vm)
+		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second), s.Team, nw, vm,
+		boolInt(s.AutoPauseFilesystem), boolInt(s.PausedFilesystem))
 	if err != nil {
 		if isUniqueViolation(err) {
 			return fmt.Errorf("insert sandbox %s: %w", s.ID, errAlreadyExists)
@@ -176,10 +183,11 @@ func (d *DB) UpdateSandbox(ctx context.Context, s Sandbox) error {
 	res, err := d.w.ExecContext(ctx, `UPDATE sandboxes SET template_id=?, alias=?, state=?, runtime=?,
 		addr=?, started_at=?, end_at=?, metadata=?, env_vars=?, envd_access_token=?, secure=?,
 		allow_internet=?, auto_pause=?, cpu_count=?, memory_mb=?, disk_size_mb=?, auto_resume=?,
-		timeout_s=?, network=? WHERE id=?`,
+		timeout_s=?, network=?, auto_pause_fs=?, paused_fs=? WHERE id=?`,
 		s.TemplateID, s.Alias, s.State, s.Runtime, s.Addr, toUnix(s.StartedAt), toUnix(s.EndAt),
 		md, env, s.EnvdAccessToken, boolInt(s.Secure), boolInt(s.AllowInternet), boolInt(s.AutoPause),
-		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second), nw, s.ID)
+		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second), nw,
+		boolInt(s.AutoPauseFilesystem), boolInt(s.PausedFilesystem), s.ID)
 	if err != nil {
 		return fmt.Errorf("update sandbox %s: %w", s.ID, err)
 	}
@@ -312,16 +320,17 @@ func scanSandbox(sc scanner) (Sandbox, error) {
 	var s Sandbox
 	var started, end int64
 	var md, env, nw, vm string
-	var secure, inet, autoPause, autoResume int
+	var secure, inet, autoPause, autoResume, autoPauseFS, pausedFS int
 	var timeoutS int64
 	err := sc.Scan(&s.ID, &s.TemplateID, &s.Alias, &s.State, &s.Runtime, &s.Addr, &started, &end, &md,
 		&env, &s.EnvdAccessToken, &secure, &inet, &autoPause, &s.CPUCount, &s.MemoryMB, &s.DiskSizeMB,
-		&autoResume, &timeoutS, &s.Team, &nw, &vm)
+		&autoResume, &timeoutS, &s.Team, &nw, &vm, &autoPauseFS, &pausedFS)
 	if err != nil {
 		return s, err
 	}
 	s.StartedAt, s.EndAt = fromUnix(started), fromUnix(end)
 	s.Secure, s.AllowInternet, s.AutoPause, s.AutoResume = secure != 0, inet != 0, autoPause != 0, autoResume != 0
+	s.AutoPauseFilesystem, s.PausedFilesystem = autoPauseFS != 0, pausedFS != 0
 	s.Timeout = time.Duration(timeoutS) * time.Second
 	if err := json.Unmarshal([]byte(md), &s.Metadata); err != nil {
 		return s, fmt.Errorf("sandbox %s metadata: %w", s.ID, err)

@@ -111,19 +111,19 @@ func sandboxAutoResumeAndTimeout(t *testing.T, d Store) {
 	ctx := context.Background()
 	now := time.Now().UTC()
 	sb := store.Sandbox{ID: "ar1", Team: store.DefaultTeam, TemplateID: "t", State: store.StateRunning, StartedAt: now, EndAt: now.Add(time.Minute),
-		AutoPause: true, AutoResume: true, Timeout: 90 * time.Second}
+		AutoPause: true, AutoResume: true, Timeout: 90 * time.Second, AutoPauseFilesystem: true}
 	if err := d.InsertSandbox(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
 	got, err := d.GetSandbox(ctx, "ar1")
-	if err != nil || !got.AutoResume || got.Timeout != 90*time.Second {
+	if err != nil || !got.AutoResume || got.Timeout != 90*time.Second || !got.AutoPauseFilesystem || got.PausedFilesystem {
 		t.Fatalf("got %+v, %v", got, err)
 	}
-	got.AutoResume, got.Timeout = false, 5*time.Second
+	got.AutoResume, got.Timeout, got.AutoPauseFilesystem, got.PausedFilesystem = false, 5*time.Second, false, true
 	if err := d.UpdateSandbox(ctx, got); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ = d.GetSandbox(ctx, "ar1"); got.AutoResume || got.Timeout != 5*time.Second {
+	if got, _ = d.GetSandbox(ctx, "ar1"); got.AutoResume || got.Timeout != 5*time.Second || got.AutoPauseFilesystem || !got.PausedFilesystem {
 		t.Fatalf("after update %+v", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +31,7 @@ var (
 	_ runtime.Snapshotter       = (*Runtime)(nil)
 	_ orchestrator.EgressSetter = (*Runtime)(nil)
 	_ runtime.Prelauncher       = (*Runtime)(nil)
+	_ runtime.FilesystemPauser  = (*Runtime)(nil)
 )
 
 // Runtime is a fake backend: sandboxes are map entries whose "envd" is one
@@ -321,6 +323,23 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	return r.transition(id, "running", "paused")
 }
 
+// PauseFilesystem implements runtime.FilesystemPauser: the state becomes
+// "paused-fs" and its "process" ends (PauseF fails it too).
+func (r *Runtime) PauseFilesystem(ctx context.Context, id string) error {
+	if r.PauseF != nil {
+		if err := r.PauseF(id); err != nil {
+			return err
+		}
+	}
+	if err := r.transition(id, "running", "paused-fs"); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.endLocked(id) // its "process" ends
+	r.mu.Unlock()
+	return nil
+}
+
 func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error) {
 	var ferr error
 	if r.ResumeF != nil {
@@ -330,7 +349,11 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 		}
 		ferr = err
 	}
-	if err := r.transition(id, "paused", "running"); err != nil {
+	if err := r.transition(id, "paused-fs", "running"); err == nil {
+		r.mu.Lock()
+		r.ends[id] = make(chan struct{}) // a new "process"
+		r.mu.Unlock()
+	} else if err := r.transition(id, "paused", "running"); err != nil {
 		return nil, err
 	}
 	return &runtime.Handle{ID: id, Runtime: "fake", Addr: netip.MustParseAddr("127.0.0.1")}, ferr
@@ -412,7 +435,7 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 				r.ends[id] = make(chan struct{})
 			}
 			out = append(out, &runtime.Handle{ID: id, Runtime: "fake", Addr: netip.MustParseAddr("127.0.0.1"),
-				Paused: r.sandbox[id] == "paused"})
+				Paused: strings.HasPrefix(r.sandbox[id], "paused")})
 		}
 	}
 	for id := range r.sandbox {

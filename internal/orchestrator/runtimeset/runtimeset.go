@@ -194,6 +194,31 @@ func (s *Set) Pause(ctx context.Context, id string) error {
 	return rt.Pause(ctx, id)
 }
 
+// PausesFilesystem reports whether sandbox id's backend can pause it to its
+// files (runtime.FilesystemPauser).
+func (s *Set) PausesFilesystem(id string) bool {
+	rt, ok := s.lookup(id)
+	if !ok {
+		return false
+	}
+	_, ok = rt.(runtime.FilesystemPauser)
+	return ok
+}
+
+// PauseFilesystem implements runtime.FilesystemPauser on the sandbox's
+// backend; ErrNotImplemented when that backend cannot.
+func (s *Set) PauseFilesystem(ctx context.Context, id string) error {
+	rt, ok := s.lookup(id)
+	if !ok {
+		return errdefs.Publicf(errdefs.ErrNotFound, "sandbox %s not found", id)
+	}
+	p, ok := rt.(runtime.FilesystemPauser)
+	if !ok {
+		return errdefs.Publicf(errdefs.ErrNotImplemented, "the %s runtime cannot pause a sandbox without its memory (memory: false); pause it with its memory", rt.Name())
+	}
+	return p.PauseFilesystem(ctx, id)
+}
+
 // Resume implements runtime.Runtime.
 func (s *Set) Resume(ctx context.Context, id string) (*runtime.Handle, error) {
 	rt, ok := s.lookup(id)

@@ -1,6 +1,7 @@
 package container
 
 import (
+	"os"
 	"path/filepath"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -42,4 +43,18 @@ func runscSpec(s *specs.Spec) {
 		mounts = append(mounts, m)
 	}
 	s.Mounts = mounts
+}
+
+// tmpOnDisk binds the sandbox's own /tmp (in its overlay, on its disk)
+// over itself. Without a mount at /tmp, runsc mounts a tmpfs there, whose
+// files live in the Sentry's memory: they would count against the
+// sandbox's memory rather than its disk, and a filesystem-only pause
+// would lose them, while on the container and microVM backends /tmp is
+// the sandbox's disk. Nothing when the template has no /tmp directory.
+func tmpOnDisk(dir string) []specs.Mount {
+	src := filepath.Join(dir, "rootfs", "tmp")
+	if fi, err := os.Lstat(src); err != nil || !fi.IsDir() {
+		return nil
+	}
+	return []specs.Mount{{Destination: "/tmp", Type: "bind", Source: src, Options: []string{"rbind", "rw", "nosuid", "nodev"}}}
 }

@@ -49,9 +49,22 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("recover: %w", err))
 	}
+	diskPaused := map[string]bool{} // paused to their files: no container to adopt
 	for _, e := range entries {
-		if _, ok := kept[e.Name()]; !ok && validID(e.Name()) == nil {
-			orphans[e.Name()] = true
+		id := e.Name()
+		if validID(id) != nil {
+			continue
+		}
+		if want[id] && fsPaused(r.dir(id)) {
+			// Whatever a crash left of its container goes; the files stay.
+			diskPaused[id] = true
+			delete(kept, id)
+			delete(orphans, id)
+			errs = append(errs, r.deleteContainer(ctx, id))
+			continue
+		}
+		if _, ok := kept[id]; !ok {
+			orphans[id] = true
 		}
 	}
 	for id := range orphans {
@@ -85,6 +98,20 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 		b := r.boxes.Get(id)
 		b.mu.Lock()
 		b.handle, b.proc, b.created = h, p, true
+		r.pushAll(ctx, id, &b.undo)
+		b.mu.Unlock()
+		handles = append(handles, h)
+	}
+	for id := range diskPaused {
+		n, ok := r.net.Lookup(id)
+		if !ok {
+			errs = append(errs, fmt.Errorf("recover sandbox %s: no network, removing it", id), r.Kill(ctx, id))
+			continue
+		}
+		h := &runtime.Handle{ID: id, Runtime: r.Name(), Addr: n.SandboxAddr, Paused: true}
+		b := r.boxes.Get(id)
+		b.mu.Lock()
+		b.handle, b.created, b.fsPaused = h, true, true
 		r.pushAll(ctx, id, &b.undo)
 		b.mu.Unlock()
 		handles = append(handles, h)

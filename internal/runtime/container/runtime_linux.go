@@ -95,6 +95,8 @@ type sandbox struct {
 	proc    *runtime.Process // the container's init, watched by Wait; guarded by mu
 	created bool             // guarded by mu
 	slot    *slot            // guarded by mu; set while it is an idle or reserved slot (slots_linux.go)
+	// fsPaused: paused to its filesystem, no container (fspause_linux.go); guarded by mu.
+	fsPaused bool
 }
 
 // New probes the host, picks the OCI runtime and installs the network policy.
@@ -355,6 +357,9 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, undo *cleanup.
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	cfg.Mounts = append(cfg.Mounts, vms...)
+	if r.o.flavor.gvisor != nil {
+		cfg.Mounts = append(cfg.Mounts, tmpOnDisk(dir)...) // gvisor_linux.go
+	}
 	r.addSeccompBPF(ctx, cfg) // seccompbpf_linux.go
 	if err := writeJSON(filepath.Join(dir, "config.json"), cfg); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
@@ -520,11 +525,10 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	return nil
 }
 
-// Resume implements runtime.Runtime; the handle does not change.
+// Resume implements runtime.Runtime: the freezer lets a paused container
+// go on (the handle does not change); a sandbox paused to its filesystem
+// runs again from its files (fspause_linux.go).
 func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error) {
-	if _, err := r.oci.Run(ctx, "resume", r.containerName(id)); err != nil {
-		return nil, fmt.Errorf("resume sandbox %s: %w", id, err)
-	}
 	b, ok := r.boxes.Lookup(id)
 	if !ok {
 		return nil, fmt.Errorf("resume sandbox %s: %w", id, errdefs.ErrNotFound)
@@ -533,6 +537,12 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 	defer b.mu.Unlock()
 	if b.handle == nil {
 		return nil, fmt.Errorf("resume sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if b.fsPaused {
+		return r.resumeFilesystem(ctx, id, b)
+	}
+	if _, err := r.oci.Run(ctx, "resume", r.containerName(id)); err != nil {
+		return nil, fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
 	h := *b.handle
 	h.Paused = false

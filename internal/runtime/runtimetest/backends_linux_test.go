@@ -93,6 +93,7 @@ func runBackend(t *testing.T, name string) {
 			},
 			Leaks: func(id string) []string { return hostLeaks(dataDir, id) },
 			Ready: envdReady,
+			Envd:  true,
 		}
 	})
 }

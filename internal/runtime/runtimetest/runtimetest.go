@@ -28,6 +28,9 @@ type Harness struct {
 	Leaks func(id string) []string
 	// Ready checks that a sandbox answers (envd); nil skips the check.
 	Ready func(ctx context.Context, h *runtime.Handle) error
+	// Envd: sandboxes run the real envd, whose /files API the cases use
+	// to leave a file in a sandbox and read it back.
+	Envd bool
 }
 
 // NewID returns a fresh sandbox ID.
@@ -52,6 +55,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"ResumeRunning", testResumeRunning},
 		{"RecoverAdoptsLiveRemovesDead", testRecover},
 		{"SnapshotUnsupported", testSnapshotUnsupported},
+		{"PauseFilesystem", testPauseFilesystem}, // fspause.go
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newHarness(t)) })

@@ -1,0 +1,131 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/hostfs"
+	"github.com/moatsh/moat/internal/runtime"
+)
+
+// Filesystem-only pause (E2B's pause with memory: false): the container's
+// processes are killed and the container deleted, so its memory, CPU and
+// PIDs go back to the host; its directory, disk, overlay, log and network
+// stay. A marker file in the directory, written and synced before anything
+// is stopped, says so: Recover adopts a marked sandbox as paused whatever
+// state a crash left its container in. Resume runs the same bundle again:
+// envd starts fresh on the kept files (the orchestrator initialises it
+// with the sandbox's token and environment) and the marker goes once envd
+// listens.
+
+// fsPausedMarker is the marker's name in the sandbox directory.
+const fsPausedMarker = "paused-filesystem"
+
+// PauseFilesystem implements runtime.FilesystemPauser.
+func (r *Runtime) PauseFilesystem(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	b, ok := r.boxes.Lookup(id)
+	if !ok {
+		return fmt.Errorf("pause sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.created || b.handle == nil {
+		return fmt.Errorf("pause sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if b.fsPaused {
+		return nil
+	}
+	if err := writeMarker(r.dir(id)); err != nil {
+		return fmt.Errorf("pause sandbox %s: %w", id, err)
+	}
+	if err := r.deleteContainer(context.WithoutCancel(ctx), id); err != nil {
+		// The container may be half gone: it stays marked, and Resume
+		// (or Recover) starts from the files.
+		r.log.WarnContext(ctx, "filesystem pause: delete container", "sandbox", id, "err", err)
+	}
+	if b.proc != nil { // the pause returns once the init has ended
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = b.proc.Wait(wctx)
+		cancel()
+	}
+	b.closeProc()
+	b.fsPaused = true
+	h := *b.handle
+	h.PID, h.Paused = 0, true
+	b.handle = &h
+	r.log.InfoContext(ctx, "sandbox paused to its filesystem", "sandbox", id)
+	return nil
+}
+
+// resumeFilesystem runs a filesystem-paused sandbox's bundle again and
+// waits for envd. On error the container is deleted again and the sandbox
+// stays paused (nil handle). b.mu is held.
+func (r *Runtime) resumeFilesystem(ctx context.Context, id string, b *sandbox) (*runtime.Handle, error) {
+	fail := func(err error) (*runtime.Handle, error) {
+		b.closeProc()
+		return nil, errors.Join(fmt.Errorf("resume sandbox %s: %w", id, err), r.deleteContainer(context.WithoutCancel(ctx), id))
+	}
+	_ = r.deleteContainer(ctx, id)                   // what a crash in an earlier resume left
+	if err := r.net.Readdress(ctx, id); err != nil { // runsc took the addresses off
+		return nil, fmt.Errorf("resume sandbox %s: %w", id, err)
+	}
+	logf, err := os.OpenFile(r.logPath(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("resume sandbox %s: %w", id, err)
+	}
+	defer logf.Close()
+	pidFile := filepath.Join(r.dir(id), "pid")
+	if err := r.oci.Start(ctx, r.dir(id), r.containerName(id), pidFile, logf); err != nil {
+		tail, _ := hostfs.Tail(logf.Name(), 1024)
+		return fail(fmt.Errorf("%w: %s", err, tail))
+	}
+	pid, err := readPID(pidFile)
+	if err != nil {
+		return fail(err)
+	}
+	if b.proc, err = runtime.OpenProcess(pid); err != nil {
+		return fail(err)
+	}
+	h := *b.handle
+	h.PID, h.Paused = pid, false
+	if err := r.waitReady(ctx, &h, b.proc); err != nil {
+		return fail(err)
+	}
+	if err := os.Remove(filepath.Join(r.dir(id), fsPausedMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fail(err)
+	}
+	b.fsPaused, b.handle = false, &h
+	r.log.InfoContext(ctx, "sandbox resumed from its filesystem", "sandbox", id, "pid", pid)
+	return &h, nil
+}
+
+// writeMarker creates dir's filesystem-pause marker and syncs it and dir.
+func writeMarker(dir string) error {
+	f, err := os.OpenFile(filepath.Join(dir, fsPausedMarker), os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	err = errors.Join(f.Sync(), f.Close())
+	if err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
+}
+
+// fsPaused reports whether sandbox dir carries the filesystem-pause marker.
+func fsPaused(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, fsPausedMarker))
+	return err == nil
+}
