@@ -88,13 +88,18 @@ func ToNative(status int) error {
 // WriteError writes err as an E2B JSON error with the status of its kind
 // and Message(err). Callers log err itself when they want it kept.
 // An error that says when to retry (a RetryAfter method, as admission's
-// refusals have) also sets the Retry-After header, in whole seconds.
+// refusals have) also sets the Retry-After header, in whole seconds; any
+// other 503 (unavailable is transient by definition: a sandbox that did
+// not come up in time, an unreachable database) says 1 s, so that clients
+// that honour the header retry instead of giving up.
 func WriteError(w http.ResponseWriter, err error) {
+	status := ToHTTP(err)
 	var ra interface{ RetryAfter() time.Duration }
 	if errors.As(err, &ra) && ra.RetryAfter() > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ra.RetryAfter().Seconds()))))
+	} else if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
 	}
-	status := ToHTTP(err)
 	code, _ := errdefs.ErrorCode(err)
 	WriteJSON(w, status, Error{Code: status, ErrorCode: code, Message: Message(err)})
 }

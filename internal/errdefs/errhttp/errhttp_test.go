@@ -127,6 +127,19 @@ func TestWriteErrorRetryAfter(t *testing.T) {
 			t.Errorf("WriteError(%v): status %d Retry-After %q, want 429 %q", tc.err, rec.Code, got, tc.want)
 		}
 	}
+	// Every 503 says when to retry (1 s when the error does not know better).
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("sandbox x: envd not reachable: %w", errdefs.ErrUnavailable), "1"},
+	} {
+		rec := httptest.NewRecorder()
+		WriteError(rec, tc.err)
+		if got := rec.Header().Get("Retry-After"); got != tc.want || rec.Code != http.StatusServiceUnavailable {
+			t.Errorf("WriteError(%v): status %d Retry-After %q, want 503 %q", tc.err, rec.Code, got, tc.want)
+		}
+	}
 }
 
 // TestErrorCode: E2B's error_code is sent when the error carries one, and
