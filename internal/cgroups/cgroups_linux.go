@@ -168,17 +168,26 @@ func RemoveStray(parent string, keep func(name string) bool) error {
 // creates it); absent is fine.
 func RemoveAll(path string) error { return removeDirs(allDirs(path)) }
 
+// removeBusyFor is how long removeDirs retries a cgroup the kernel still
+// reports busy. A just-killed process lingers for a moment, and for
+// seconds on a loaded host (a burst of kills while the CPUs are saturated
+// left cgroups, and then the mounts their processes held, behind a 0.4 s
+// budget: TestSlotsUnderRace in CI).
+const removeBusyFor = 10 * time.Second
+
 // removeDirs removes each cgroup directory, retrying while the kernel still
-// reports it busy: a just-killed process may linger for a moment.
+// reports it busy.
 func removeDirs(dirs []string) error {
 	var errs []error
 	for _, d := range dirs {
 		var err error
-		for i := 0; i < 40; i++ {
-			if err = os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) || !errors.Is(err, unix.EBUSY) {
+		deadline, pause := time.Now().Add(removeBusyFor), 5*time.Millisecond
+		for {
+			if err = os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
 				break
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(pause)
+			pause = min(2*pause, 100*time.Millisecond)
 		}
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
