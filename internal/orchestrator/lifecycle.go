@@ -86,8 +86,10 @@ func (o *Orchestrator) pauseLocked(ctx context.Context, e *entry, filesystem boo
 	if sb.State != store.StateRunning {
 		return errdefs.Publicf(errdefs.ErrConflict, "sandbox %s cannot be paused while in '%s' state", sb.ID, sb.State)
 	}
-	if filesystem && !o.rts.PausesFilesystem(sb.ID) {
-		return errdefs.Publicf(errdefs.ErrNotImplemented, "the %s runtime cannot pause a sandbox without its memory (memory: false); pause it with its memory", sb.Runtime)
+	if filesystem {
+		if err := o.rts.CanPauseFilesystem(sb.ID); err != nil {
+			return err
+		}
 	}
 	if err := o.commit(ctx, e, withState(sb, store.StatePausing)); err != nil {
 		return err

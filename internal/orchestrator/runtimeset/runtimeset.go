@@ -194,29 +194,34 @@ func (s *Set) Pause(ctx context.Context, id string) error {
 	return rt.Pause(ctx, id)
 }
 
-// PausesFilesystem reports whether sandbox id's backend can pause it to its
-// files (runtime.FilesystemPauser).
-func (s *Set) PausesFilesystem(id string) bool {
-	rt, ok := s.lookup(id)
-	if !ok {
-		return false
-	}
-	_, ok = rt.(runtime.FilesystemPauser)
-	return ok
+// CanPauseFilesystem is nil when sandbox id's backend can pause it to its
+// files (runtime.FilesystemPauser), else the refusal: ErrNotFound for an
+// unknown sandbox, ErrNotImplemented naming the runtime.
+func (s *Set) CanPauseFilesystem(id string) error {
+	_, err := s.filesystemPauser(id)
+	return err
 }
 
 // PauseFilesystem implements runtime.FilesystemPauser on the sandbox's
-// backend; ErrNotImplemented when that backend cannot.
+// backend; CanPauseFilesystem's refusal when it cannot.
 func (s *Set) PauseFilesystem(ctx context.Context, id string) error {
+	p, err := s.filesystemPauser(id)
+	if err != nil {
+		return err
+	}
+	return p.PauseFilesystem(ctx, id)
+}
+
+func (s *Set) filesystemPauser(id string) (runtime.FilesystemPauser, error) {
 	rt, ok := s.lookup(id)
 	if !ok {
-		return errdefs.Publicf(errdefs.ErrNotFound, "sandbox %s not found", id)
+		return nil, errdefs.Publicf(errdefs.ErrNotFound, "sandbox %s not found", id)
 	}
 	p, ok := rt.(runtime.FilesystemPauser)
 	if !ok {
-		return errdefs.Publicf(errdefs.ErrNotImplemented, "the %s runtime cannot pause a sandbox without its memory (memory: false); pause it with its memory", rt.Name())
+		return nil, errdefs.Publicf(errdefs.ErrNotImplemented, "the %s runtime cannot pause a sandbox without its memory (memory: false); pause it with its memory", rt.Name())
 	}
-	return p.PauseFilesystem(ctx, id)
+	return p, nil
 }
 
 // Resume implements runtime.Runtime.

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
-	"github.com/moatsh/moat/internal/hostfs"
 	"github.com/moatsh/moat/internal/runtime"
 )
 
@@ -77,25 +76,11 @@ func (r *Runtime) resumeFilesystem(ctx context.Context, id string, b *sandbox) (
 	if err := r.net.Readdress(ctx, id); err != nil { // runsc took the addresses off
 		return nil, fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
-	logf, err := os.OpenFile(r.logPath(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("resume sandbox %s: %w", id, err)
-	}
-	defer logf.Close()
-	pidFile := filepath.Join(r.dir(id), "pid")
-	if err := r.oci.Start(ctx, r.dir(id), r.containerName(id), pidFile, logf); err != nil {
-		tail, _ := hostfs.Tail(logf.Name(), 1024)
-		return fail(fmt.Errorf("%w: %s", err, tail))
-	}
-	pid, err := readPID(pidFile)
-	if err != nil {
-		return fail(err)
-	}
-	if b.proc, err = runtime.OpenProcess(pid); err != nil {
+	if err := r.runBundle(ctx, id, b, r.oci.Start); err != nil {
 		return fail(err)
 	}
 	h := *b.handle
-	h.PID, h.Paused = pid, false
+	h.PID, h.Paused = b.proc.PID(), false
 	if err := r.waitReady(ctx, &h, b.proc); err != nil {
 		return fail(err)
 	}
@@ -103,7 +88,7 @@ func (r *Runtime) resumeFilesystem(ctx context.Context, id string, b *sandbox) (
 		return fail(err)
 	}
 	b.fsPaused, b.handle = false, &h
-	r.log.InfoContext(ctx, "sandbox resumed from its filesystem", "sandbox", id, "pid", pid)
+	r.log.InfoContext(ctx, "sandbox resumed from its filesystem", "sandbox", id, "pid", h.PID)
 	return &h, nil
 }
 

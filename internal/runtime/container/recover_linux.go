@@ -82,39 +82,19 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 		errs = append(errs, fmt.Errorf("recover network: %w", err))
 	}
 	var handles []*runtime.Handle
-	for _, id := range keptIDs {
-		n, ok := r.net.Lookup(id)
-		if !ok {
-			errs = append(errs, fmt.Errorf("recover sandbox %s: no network, removing it", id), r.Kill(ctx, id))
-			continue
-		}
-		h := &runtime.Handle{ID: id, Runtime: r.Name(), Addr: n.SandboxAddr, PID: kept[id], Paused: paused[id]}
-		// The PID is crun's fresh reading of the container's init.
-		p, err := runtime.OpenProcess(h.PID)
+	adopt := func(id string, pid int, paused, onDisk bool) {
+		h, err := r.adopt(ctx, id, pid, paused, onDisk)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("recover sandbox %s: init gone, removing it: %w", id, err), r.Kill(ctx, id))
-			continue
+			errs = append(errs, err, r.Kill(ctx, id))
+			return
 		}
-		b := r.boxes.Get(id)
-		b.mu.Lock()
-		b.handle, b.proc, b.created = h, p, true
-		r.pushAll(ctx, id, &b.undo)
-		b.mu.Unlock()
 		handles = append(handles, h)
 	}
+	for _, id := range keptIDs {
+		adopt(id, kept[id], paused[id], false)
+	}
 	for id := range diskPaused {
-		n, ok := r.net.Lookup(id)
-		if !ok {
-			errs = append(errs, fmt.Errorf("recover sandbox %s: no network, removing it", id), r.Kill(ctx, id))
-			continue
-		}
-		h := &runtime.Handle{ID: id, Runtime: r.Name(), Addr: n.SandboxAddr, Paused: true}
-		b := r.boxes.Get(id)
-		b.mu.Lock()
-		b.handle, b.created, b.fsPaused = h, true, true
-		r.pushAll(ctx, id, &b.undo)
-		b.mu.Unlock()
-		handles = append(handles, h)
+		adopt(id, 0, true, true)
 	}
 	r.log.InfoContext(ctx, "recovered", "adopted", len(handles), "removed", len(orphans))
 	return handles, errors.Join(errs...)
@@ -140,4 +120,30 @@ func (r *Runtime) removeForeign(ctx context.Context, o *oci.CLI, orphans map[str
 		orphans[id] = true
 	}
 	return errors.Join(errs...)
+}
+
+// adopt makes id, found running, frozen (paused) or paused to its files
+// (onDisk, no container), this runtime's again: its handle on the address
+// its network kept and, unless onDisk, its init (pid, the OCI runtime's
+// fresh reading of it) opened, and Kill's by-name undos stacked. An error
+// means id cannot be adopted.
+func (r *Runtime) adopt(ctx context.Context, id string, pid int, paused, onDisk bool) (*runtime.Handle, error) {
+	n, ok := r.net.Lookup(id)
+	if !ok {
+		return nil, fmt.Errorf("recover sandbox %s: no network, removing it", id)
+	}
+	h := &runtime.Handle{ID: id, Runtime: r.Name(), Addr: n.SandboxAddr, PID: pid, Paused: paused}
+	var p *runtime.Process
+	if !onDisk {
+		var err error
+		if p, err = runtime.OpenProcess(pid); err != nil {
+			return nil, fmt.Errorf("recover sandbox %s: init gone, removing it: %w", id, err)
+		}
+	}
+	b := r.boxes.Get(id)
+	b.mu.Lock()
+	b.handle, b.proc, b.created, b.fsPaused = h, p, true, onDisk
+	r.pushAll(ctx, id, &b.undo)
+	b.mu.Unlock()
+	return h, nil
 }

@@ -264,33 +264,44 @@ func (r *Runtime) launch(ctx context.Context, spec runtime.Spec, b *sandbox, tr 
 	if err != nil {
 		return nil, err
 	}
-	logf, err := os.OpenFile(r.logPath(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	defer logf.Close()
-	tr.step("logfile")
 	b.undo.Push(func() error { return r.deleteContainer(context.WithoutCancel(ctx), id) })
-	pidFile := filepath.Join(r.dir(id), "pid")
 	run := r.oci.Start
 	if createOnly {
 		run = r.oci.Create
 	}
-	if err := run(ctx, r.dir(id), r.containerName(id), pidFile, logf); err != nil {
-		tail, _ := hostfs.Tail(logf.Name(), 1024)
-		return nil, fmt.Errorf("sandbox %s: %w: %s", id, err, tail)
+	err = r.runBundle(ctx, id, b, run)
+	if b.proc != nil {
+		b.undo.Push(func() error { b.closeProc(); return nil })
 	}
-	pid, err := readPID(pidFile)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	// The init was started a moment ago: pid is still it.
-	if b.proc, err = runtime.OpenProcess(pid); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	b.undo.Push(func() error { b.closeProc(); return nil })
 	tr.step("oci_run")
 	return n, nil
+}
+
+// runBundle runs (or, with the OCI runtime's Create, creates) the container
+// of id's bundle with its output on envd's log, and opens its init as
+// b.proc. b.mu is held.
+func (r *Runtime) runBundle(ctx context.Context, id string, b *sandbox,
+	run func(ctx context.Context, bundle, name, pidFile string, log *os.File) error) error {
+	logf, err := os.OpenFile(r.logPath(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	pidFile := filepath.Join(r.dir(id), "pid")
+	if err := run(ctx, r.dir(id), r.containerName(id), pidFile, logf); err != nil {
+		tail, _ := hostfs.Tail(logf.Name(), 1024)
+		return fmt.Errorf("%w: %s", err, tail)
+	}
+	pid, err := readPID(pidFile)
+	if err != nil {
+		return err
+	}
+	// The init was started a moment ago: pid is still it.
+	b.proc, err = runtime.OpenProcess(pid)
+	return err
 }
 
 // prepare builds the bundle: directories, overlay, network, /etc files and
