@@ -79,11 +79,28 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# retry runs a command that fetches from the Go module proxy up to three
+# times, 15 s apart: the proxy has been unreachable for a minute at a time,
+# and a run should not fail on that alone.
+retry() {
+  local i
+  for i in 1 2 3; do
+    "$@" && return 0
+    [ "$i" = 3 ] || { echo "retry: attempt $i of \`$*\` failed; again in 15 s" >&2; sleep 15; }
+  done
+  return 1
+}
+
 failed=()
 die() {
   log "FAILED: $*"
   exit 1
 }
+
+# A run that was killed leaves its sandboxes behind (docs/development.md):
+# they go first, so that this run's leak check counts only its own.
+scripts/sweep.sh "$MOAT_DATA_DIR"
+df -h "$(dirname "$MOAT_DATA_DIR")" /tmp >&2 || true
 
 log "setup (template cache: $MOAT_DATA_DIR/templates)"
 MOAT_SETUP_TEMPLATES="base code-interpreter-v1" scripts/setup.sh || die "scripts/setup.sh (see its last lines above)"
@@ -126,7 +143,7 @@ log "npm ci (test/e2e)"
 if [ "${MOAT_TEST_SKIP_GO:-0}" != 1 ]; then
   # Generated code (protobuf and OpenAPI) must be what its sources generate.
   log "go generate ./api/... (generated files must be up to date)"
-  if ! go generate ./api/...; then
+  if ! retry go generate ./api/...; then
     failed+=("go generate")
   elif ! git diff --exit-code -- api || [ -n "$(git status --porcelain -- api)" ]; then
     git status --short -- api >&2
@@ -141,7 +158,7 @@ if [ "${MOAT_TEST_SKIP_GO:-0}" != 1 ]; then
   # GOBIN so a clean clone needs nothing preinstalled.
   staticcheck_version=v0.8.2
   log "staticcheck ./... ($staticcheck_version)"
-  if GOBIN="$work" go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"; then
+  if retry env GOBIN="$work" go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"; then
     "$work/staticcheck" ./... || failed+=("staticcheck")
   else
     failed+=("staticcheck (install)")

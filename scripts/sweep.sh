@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Removes what an earlier, interrupted test run left on the host, before a
+# new run starts: a run that was killed (a CI time limit, ^C, a crashed
+# lane) stops its servers but not their sandboxes, and the next run's final
+# leak check would count those against it; their mounts also keep the old
+# lane-2 data dirs (`<data dir>-s1.old.*`) from being removed, and the disk
+# fills run after run.
+#
+#   scripts/sweep.sh DATA_DIR...
+#
+# For each data dir D (and D-s1, D-s1.old.*): the moat servers using it are
+# stopped; the OCI containers and QEMU processes of its sandboxes are
+# killed; the mounts below it are detached and the loop devices backed by
+# its files released; the network namespaces and cgroups named after its
+# sandboxes are deleted; its sandbox directories and their rows in moat.db
+# go. Templates, the build cache and the microVM images stay. It prints
+# what it found (nothing on a clean host) and never fails the run: what it
+# cannot remove, the final leak check reports.
+set -uo pipefail
+
+dirs=()
+for d in "$@"; do
+  d="${d%/}"
+  for x in "$d" "$d"-s1 "$d"-s1.old.*; do
+    [ -e "$x" ] && dirs+=("$x")
+  done
+done
+[ "${#dirs[@]}" -gt 0 ] || exit 0
+pattern="$(printf '%s|' "${dirs[@]}" | sed 's/[.]/[.]/g; s/|$//')"
+
+said=
+say() {
+  [ -n "$said" ] || echo "sweep: an earlier run left these on the host; removing them" >&2
+  said=1
+  echo "sweep: $*" >&2
+}
+
+# The sandbox IDs of those dirs (each runtime keeps them under its own
+# sandboxes/).
+ids=()
+for d in "${dirs[@]}"; do
+  for sub in sandboxes vm/sandboxes gvisor/sandboxes; do
+    for s in "$d/$sub"/*/; do
+      [ -d "$s" ] && ids+=("$(basename "$s")")
+    done
+  done
+done
+
+# Servers first, so that nothing starts again behind the sweep.
+for pid in $(pgrep -f "moat serve .*--data-dir ($pattern)( |$)" 2>/dev/null); do
+  say "moat serve (pid $pid): $(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null)"
+  kill -KILL "$pid" 2>/dev/null
+done
+
+for id in "${ids[@]}"; do
+  for rt in crun runc runsc; do
+    command -v "$rt" >/dev/null || continue
+    for root in /run/moat/"$rt" /run/moat/s1/container /run/moat/s1/gvisor; do
+      [ -d "$root" ] || continue
+      if "$rt" --root "$root" state "moat-$id" >/dev/null 2>&1; then
+        say "$rt container moat-$id ($root)"
+        "$rt" --root "$root" kill "moat-$id" KILL >/dev/null 2>&1
+        "$rt" --root "$root" delete -f "moat-$id" >/dev/null 2>&1
+      fi
+    done
+  done
+  for pid in $(pgrep -f "qemu-system.* -name moat-$id( |,|$)" 2>/dev/null); do
+    say "qemu (pid $pid) of $id"
+    kill -KILL "$pid" 2>/dev/null
+  done
+done
+# Whatever else of a sandbox still runs from those dirs (runtime shims,
+# moat-nfsd, envd under crun).
+for pid in $(pgrep -f "^[^ ]*(qemu-system[^ ]*|crun|runc|runsc|moat-nfsd|envd) .*($pattern)/" 2>/dev/null); do
+  say "process $pid: $(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null | cut -c1-160)"
+  kill -KILL "$pid" 2>/dev/null
+done
+sleep 0.5
+
+# Mounts, deepest first, detached lazily (a process that still holds one
+# cannot stop the rest).
+while read -r m; do
+  say "mount $m"
+  umount -l "$m" 2>/dev/null
+done < <(awk '{print $5}' /proc/self/mountinfo | grep -E "^($pattern)/" | sort -r)
+for f in /sys/block/loop*/loop/backing_file; do
+  [ -f "$f" ] || continue
+  if grep -qE "^($pattern)/" "$f" 2>/dev/null; then
+    dev="/dev/$(basename "$(dirname "$(dirname "$f")")")"
+    say "loop device $dev ($(cat "$f"))"
+    losetup -d "$dev" 2>/dev/null
+  fi
+done
+
+for id in "${ids[@]}"; do
+  for ns in "moat-$id" "moats1-$id"; do
+    if [ -e "/run/netns/$ns" ]; then
+      say "network namespace $ns"
+      ip netns delete "$ns" 2>/dev/null
+    fi
+  done
+  for cg in /sys/fs/cgroup/moat/"$id" /sys/fs/cgroup/moat-s1/"$id" /sys/fs/cgroup/*/moat/"$id" /sys/fs/cgroup/*/moat-s1/"$id"; do
+    [ -d "$cg" ] || continue
+    say "cgroup $cg"
+    echo 1 >"$cg/cgroup.kill" 2>/dev/null
+    find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+  done
+done
+
+# The sandboxes' files and rows; the old lane-2 dirs go whole.
+for d in "${dirs[@]}"; do
+  case $d in
+  *-s1.old.*)
+    # Hundreds of thousands of files: removed in the background.
+    say "old data dir $d"
+    rm -rf "$d" &
+    continue
+    ;;
+  esac
+  for sub in sandboxes vm/sandboxes gvisor/sandboxes; do
+    for s in "$d/$sub"/*/; do
+      [ -d "$s" ] || continue
+      say "sandbox dir ${s%/}"
+      rm -rf "$s"
+    done
+  done
+  if [ -n "$said" ] && [ -f "$d/moat.db" ] && command -v sqlite3 >/dev/null; then
+    sqlite3 "$d/moat.db" "DELETE FROM sandboxes" 2>/dev/null
+  fi
+done
+exit 0
