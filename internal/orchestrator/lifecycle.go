@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/moatsh/moat/internal/admission"
@@ -90,6 +91,7 @@ func (o *Orchestrator) pauseLocked(ctx context.Context, e *entry, filesystem boo
 		if err := o.rts.CanPauseFilesystem(sb.ID); err != nil {
 			return err
 		}
+		o.syncFiles(ctx, sb)
 	}
 	if err := o.commit(ctx, e, withState(sb, store.StatePausing)); err != nil {
 		return err
@@ -110,6 +112,25 @@ func (o *Orchestrator) pauseLocked(ctx context.Context, e *entry, filesystem boo
 	o.emit(ctx, events.Paused, sb, withMetadata(o.ended(sb), sb))
 	return nil
 }
+
+// syncFiles has sb's guest write what it caches to its disk before a
+// filesystem-only pause (a microVM's page cache goes with its memory). A
+// sandbox whose envd does not answer is paused with what its disk has:
+// the pause must not fail (the reaper would kill it instead).
+func (o *Orchestrator) syncFiles(ctx context.Context, sb store.Sandbox) {
+	addr, err := netip.ParseAddr(sb.Addr)
+	if err == nil {
+		sctx, cancel := context.WithTimeout(ctx, syncTimeout)
+		err = o.envd.Sync(sctx, addr, sb.EnvdAccessToken)
+		cancel()
+	}
+	if err != nil {
+		o.log.Warn("filesystem pause: sync in the sandbox failed; pausing with what its disk has", "sandboxID", sb.ID, "err", err)
+	}
+}
+
+// syncTimeout bounds syncFiles.
+const syncTimeout = 20 * time.Second
 
 // Resume continues a paused sandbox with a new timeout. ErrConflict when it
 // is not paused.

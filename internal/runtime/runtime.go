@@ -104,7 +104,9 @@ type Features struct {
 // keeping only its files (E2B's pause with memory: false): its processes
 // end and its memory goes back to the host, its disk stays, and Resume
 // boots it again from that disk (Handle.Paused after Recover, as for any
-// pause). The others answer such a pause with errdefs.ErrNotImplemented.
+// pause). The caller has the guest sync its files first (through envd,
+// with the sandbox's token): a microVM's page cache goes with its memory.
+// The others answer such a pause with errdefs.ErrNotImplemented.
 type FilesystemPauser interface {
 	PauseFilesystem(ctx context.Context, id string) error
 }

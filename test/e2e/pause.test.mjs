@@ -3,7 +3,8 @@
 // envd access token; repeated and concurrent pause/resume; list() state
 // filters; surviving SIGKILL + restart of `moat serve` while paused;
 // lifecycle.onTimeout 'pause' (autoPause); auto-resume on sandbox traffic;
-// kill of a paused sandbox.
+// kill of a paused sandbox; the filesystem-only pause (keepMemory: false,
+// explicit and at the timeout) on every runtime.
 //
 // Runs on both runtimes: "vm" pauses to disk (memory snapshot), "container"
 // freezes the cgroup (memory stays resident). Everything here is observable
@@ -371,6 +372,53 @@ test("lifecycle onTimeout 'pause' (autoPause): the sandbox is paused at its time
   assert.ok(left > 30_000, `connect({timeoutMs: 60000}) gives a fresh timeout; endAt is ${left} ms away`)
   await sleep(5000)
   assert.equal(await stateOf(id), 'running', 'not paused again by the old 3 s timeout')
+})
+
+test('pause({ keepMemory: false }) keeps the files, not the processes; connect boots it from its disk; onTimeout keepMemory: false too', { timeout: 900_000 }, async (t) => {
+  const foo = `foo-${randomUUID()}`
+  const sbx = await createSandbox(t, { envs: { FOO: foo }, timeoutMs: 600_000 })
+  const id = sbx.sandboxId
+  const marker = `fs-${randomUUID()}`
+  await within(30_000, 'files.write', () => sbx.files.write('/home/user/fs-marker', marker))
+  assert.equal((await run(sbx, `echo ${marker} > /tmp/fs-marker`)).exitCode, 0)
+  await startCounter(sbx)
+  const token = sbx.envdAccessToken
+
+  assert.equal(await timed(t, 'pause({ keepMemory: false })', () =>
+    within(PAUSE_MS, 'pause keepMemory false', () => sbx.pause({ keepMemory: false }))), true)
+  assert.equal(await stateOf(id), 'paused', 'getInfo().state after a filesystem-only pause')
+  if (hostChecks) {
+    assert.equal(qemuRunning(id), false, 'no QEMU while paused to its files')
+    assert.equal(savedState(id), false, 'no saved device state: the memory was dropped')
+    assert.equal(existsSync(`${srv.dataDir}/vm/sandboxes/${id}/mem`), false, 'the memory file is gone')
+  }
+  // Traffic never wakes a sandbox without its memory (E2B: resume it explicitly).
+  await assert.rejects(within(30_000, 'files.read while paused', () => sbx.files.read('/home/user/fs-marker')))
+  assert.equal(await stateOf(id), 'paused', 'still paused after traffic')
+
+  const again = await timed(t, 'Sandbox.connect (boot from the files)', () =>
+    within(CONNECT_MS, 'Sandbox.connect', () => Sandbox.connect(id)))
+  assert.equal(await stateOf(id), 'running')
+  assert.equal(await within(30_000, 'files.read', () => again.files.read('/home/user/fs-marker')), marker, 'a file written through files.write')
+  assert.equal((await run(again, 'cat /tmp/fs-marker')).stdout, `${marker}\n`, 'a file written by a command in /tmp')
+  assert.equal((await run(again, 'echo $FOO')).stdout, `${foo}\n`, 'the create-time env var is set again')
+  if (token) assert.equal(again.envdAccessToken, token, 'the same envd access token')
+  const c1 = await counterState(again)
+  await sleep(1500)
+  const c2 = await counterState(again)
+  assert.ok(c1.last > 0 && c2.last === c1.last, `the background counter did not survive (it stopped at ${c1.last}, then ${c2.last})`)
+  assert.equal((await run(sbx, 'echo old-handle')).stdout, 'old-handle\n', 'the old handle works after the resume')
+
+  // E2B's lifecycle.onTimeout { action: 'pause', keepMemory: false }; with
+  // autoResume the SDK refuses before any request.
+  await assert.rejects(Sandbox.create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: false }, autoResume: true } }),
+    { name: 'InvalidArgumentError' })
+  const auto = await createSandbox(t, { timeoutMs: 3000, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } })
+  await within(30_000, 'files.write (auto)', () => auto.files.write('/home/user/auto-marker', marker))
+  await waitFor('auto-paused to its files', async () => ({ ok: (await stateOf(auto.sandboxId)) === 'paused' }), { timeoutMs: 120_000, intervalMs: 500 })
+  const back = await timed(t, 'Sandbox.connect (after the auto filesystem pause)', () =>
+    within(CONNECT_MS, 'Sandbox.connect auto', () => Sandbox.connect(auto.sandboxId, { timeoutMs: 60_000 })))
+  assert.equal(await within(30_000, 'files.read auto', () => back.files.read('/home/user/auto-marker')), marker)
 })
 
 test('auto-resume: traffic to a paused sandbox with autoResume resumes it; without, it fails and stays paused', { timeout: 600_000 }, async (t) => {

@@ -112,3 +112,15 @@ func (c *Client) WarmUp(ctx context.Context, addr netip.Addr, user string) error
 	}
 	return err
 }
+
+// Sync runs sync(1) as root through envd, with the sandbox's token, so
+// that what its processes wrote is on its disk before a filesystem-only
+// pause stops them (a microVM's page cache goes with its memory).
+func (c *Client) Sync(ctx context.Context, addr netip.Addr, token string) error {
+	pc := processconnect.NewProcessClient(c.HTTP, c.URL(addr), connect.WithProtoJSON())
+	code, err := runOnce(ctx, pc, runcmd.Command{Argv: []string{"sync"}, User: "root", Token: token})
+	if err == nil && code != 0 {
+		err = fmt.Errorf("sync: exit code %d", code)
+	}
+	return err
+}

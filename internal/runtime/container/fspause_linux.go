@@ -4,26 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/fsmark"
 )
 
 // Filesystem-only pause (E2B's pause with memory: false): the container's
 // processes are killed and the container deleted, so its memory, CPU and
 // PIDs go back to the host; its directory, disk, overlay, log and network
-// stay. A marker file in the directory, written and synced before anything
-// is stopped, says so: Recover adopts a marked sandbox as paused whatever
+// stay. A marker file in the directory (package fsmark), written and synced
+// before anything is stopped, says so: Recover adopts a marked sandbox as paused whatever
 // state a crash left its container in. Resume runs the same bundle again:
 // envd starts fresh on the kept files (the orchestrator initialises it
 // with the sandbox's token and environment) and the marker goes once envd
 // listens.
-
-// fsPausedMarker is the marker's name in the sandbox directory.
-const fsPausedMarker = "paused-filesystem"
 
 // PauseFilesystem implements runtime.FilesystemPauser.
 func (r *Runtime) PauseFilesystem(ctx context.Context, id string) error {
@@ -42,7 +38,7 @@ func (r *Runtime) PauseFilesystem(ctx context.Context, id string) error {
 	if b.fsPaused {
 		return nil
 	}
-	if err := writeMarker(r.dir(id)); err != nil {
+	if err := fsmark.Write(r.dir(id)); err != nil {
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
 	if err := r.deleteContainer(context.WithoutCancel(ctx), id); err != nil {
@@ -84,33 +80,10 @@ func (r *Runtime) resumeFilesystem(ctx context.Context, id string, b *sandbox) (
 	if err := r.waitReady(ctx, &h, b.proc); err != nil {
 		return fail(err)
 	}
-	if err := os.Remove(filepath.Join(r.dir(id), fsPausedMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := fsmark.Remove(r.dir(id)); err != nil {
 		return fail(err)
 	}
 	b.fsPaused, b.handle = false, &h
 	r.log.InfoContext(ctx, "sandbox resumed from its filesystem", "sandbox", id, "pid", h.PID)
 	return &h, nil
-}
-
-// writeMarker creates dir's filesystem-pause marker and syncs it and dir.
-func writeMarker(dir string) error {
-	f, err := os.OpenFile(filepath.Join(dir, fsPausedMarker), os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	err = errors.Join(f.Sync(), f.Close())
-	if err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
-}
-
-// fsPaused reports whether sandbox dir carries the filesystem-pause marker.
-func fsPaused(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, fsPausedMarker))
-	return err == nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/container/oci"
+	"github.com/moatsh/moat/internal/runtime/fsmark"
 )
 
 // Recover implements runtime.Runtime. It adopts containers in live that are
@@ -55,7 +56,7 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 		if validID(id) != nil {
 			continue
 		}
-		if want[id] && fsPaused(r.dir(id)) {
+		if want[id] && fsmark.Present(r.dir(id)) {
 			// Whatever a crash left of its container goes; the files stay.
 			diskPaused[id] = true
 			delete(kept, id)

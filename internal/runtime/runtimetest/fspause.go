@@ -13,14 +13,18 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"github.com/moatsh/moat/api/envd/process/processconnect"
+	"github.com/moatsh/moat/internal/envd/runcmd"
 	"github.com/moatsh/moat/internal/runtime"
 )
 
 // testPauseFilesystem: a filesystem-only pause ends the sandbox's
 // processes (its init's PID is gone) and keeps its files; a Recover while
 // it is paused adopts it as paused; Resume boots it again from its files
-// (a file written before the pause reads back through envd), and Kill
-// leaves nothing.
+// (a file written before the pause reads back through envd), and a pause
+// with the memory after that works as for any sandbox.
 func testPauseFilesystem(t *testing.T, h Harness) {
 	p, ok := h.Runtime.(runtime.FilesystemPauser)
 	if !ok {
@@ -32,6 +36,11 @@ func testPauseFilesystem(t *testing.T, h Harness) {
 	if h.Envd {
 		if err := envdRetry(ctx, func() error { return envdFile(ctx, hd, http.MethodPost, path, content) }); err != nil {
 			t.Fatalf("write through envd: %v", err)
+		}
+	}
+	if h.Envd { // as the orchestrator does: the guest's page cache is not its disk
+		if err := envdSync(ctx, hd); err != nil {
+			t.Fatalf("sync through envd: %v", err)
 		}
 	}
 	if err := p.PauseFilesystem(ctx, hd.ID); err != nil {
@@ -61,12 +70,27 @@ func testPauseFilesystem(t *testing.T, h Harness) {
 	if nh.PID > 0 && nh.PID == hd.PID {
 		t.Errorf("resume kept pid %d: the processes were not restarted", nh.PID)
 	}
-	if h.Envd {
-		got := ""
-		err := envdRetry(ctx, func() (err error) { got, err = envdRead(ctx, nh, path); return err })
-		if err != nil || got != content {
-			t.Fatalf("file after resume: %q, %v; want %q", got, err, content)
-		}
+	readBack(t, h, nh, path, content)
+	// The booted sandbox pauses with its memory like any other.
+	if err := h.Runtime.Pause(ctx, hd.ID); err != nil {
+		t.Fatalf("pause after the filesystem resume: %v", err)
+	}
+	if nh, err = h.Runtime.Resume(ctx, hd.ID); err != nil {
+		t.Fatalf("resume of that pause: %v", err)
+	}
+	readBack(t, h, nh, path, content)
+}
+
+// readBack checks that path in the sandbox at hd holds content.
+func readBack(t *testing.T, h Harness, hd *runtime.Handle, path, content string) {
+	t.Helper()
+	if !h.Envd {
+		return
+	}
+	ctx, got := ctxT(t), ""
+	err := envdRetry(ctx, func() (err error) { got, err = envdRead(ctx, hd, path); return err })
+	if err != nil || got != content {
+		t.Fatalf("file after resume: %q, %v; want %q", got, err, content)
 	}
 }
 
@@ -82,6 +106,18 @@ func alive(pid int) bool {
 	}
 	_, after, ok := strings.Cut(string(b), ") ")
 	return ok && !strings.HasPrefix(after, "Z")
+}
+
+// envdSync runs sync(1) as root through envd.
+func envdSync(ctx context.Context, h *runtime.Handle) error {
+	pc := processconnect.NewProcessClient(http.DefaultClient, "http://"+net.JoinHostPort(h.Addr.String(), "49983"), connect.WithProtoJSON())
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	exit, err := runcmd.Run(ctx, pc, runcmd.Command{Argv: []string{"sync"}, User: "root"})
+	if err == nil && (!exit.Exited || exit.Code != 0) {
+		err = fmt.Errorf("sync ended: %s", exit.Status)
+	}
+	return err
 }
 
 // envdFile writes content to path (as root) through envd's /files.

@@ -162,7 +162,8 @@ func (r *Runtime) finishTeardown(ctx context.Context, id string, b *sandbox) {
 	r.log.DebugContext(ctx, "paused sandbox released", "sandbox", id, "took", time.Since(start).Round(time.Millisecond))
 }
 
-// Resume implements runtime.Runtime: a kept QEMU continues
+// Resume implements runtime.Runtime: a sandbox paused to its files boots
+// from its disk (fspause_linux.go), a kept QEMU continues
 // (kept_linux.go), else a new QEMU in a new network namespace (the address
 // may change) loads the saved state over the sandbox's memory
 // file and continues. It works for sandboxes paused by an earlier process
@@ -178,6 +179,9 @@ func (r *Runtime) Resume(ctx context.Context, id string) (*runtime.Handle, error
 	defer b.mu.Unlock()
 	if !b.paused {
 		return nil, fmt.Errorf("resume sandbox %s: not paused: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	if b.fsPaused {
+		return r.resumeFilesystem(ctx, id, b) // fspause_linux.go
 	}
 	if b.kept {
 		if h, err := r.resumeKept(ctx, id, b); h != nil || err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/moatsh/moat/internal/cgroups"
 	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/runtime/fsmark"
 	"github.com/moatsh/moat/internal/runtime/vm/launch"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
@@ -55,7 +56,8 @@ func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle
 }
 
 // recoverLive decides what live sandbox id is after a restart: a saved
-// state file means paused (a QEMU still running on it quits), else a QEMU
+// state file or a filesystem-pause marker means paused (a QEMU still
+// running on it quits), else a QEMU
 // that runs, or that a crash left stopped mid-pause or mid-snapshot, is
 // continued and adopted. nil means nothing usable is left.
 func (r *Runtime) recoverLive(ctx context.Context, id string) (*runtime.Handle, error) {
@@ -65,7 +67,7 @@ func (r *Runtime) recoverLive(ctx context.Context, id string) (*runtime.Handle, 
 	_ = os.Remove(filepath.Join(dir, "state.tmp"))
 	p := qemu.Adopt(dir)
 	switch {
-	case hasState:
+	case hasState || fsmark.Present(dir):
 		if _, err := snapshot.ReadMeta(dir); err != nil {
 			return nil, fmt.Errorf("recover sandbox %s: paused but %w", id, err)
 		}
@@ -78,21 +80,22 @@ func (r *Runtime) recoverLive(ctx context.Context, id string) (*runtime.Handle, 
 			}
 		}
 		errs = append(errs, r.net.Teardown(ctx, id), cgroups.Remove(r.cgroupPath(id)), qemu.UnmountLog(dir))
-		return r.adoptPaused(id), errors.Join(errs...)
+		return r.adoptPaused(id, !hasState), errors.Join(errs...)
 	case p != nil:
 		return r.adoptRunning(ctx, id, p)
 	}
 	return nil, nil
 }
 
-// adoptPaused registers sandbox id as paused to disk.
-func (r *Runtime) adoptPaused(id string) *runtime.Handle {
+// adoptPaused registers sandbox id as paused to disk (to its files only
+// when filesOnly).
+func (r *Runtime) adoptPaused(id string, filesOnly bool) *runtime.Handle {
 	b := r.boxes.Get(id)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.proc, b.qmp = nil, nil
 	b.handle = &runtime.Handle{ID: id, Runtime: Name, Paused: true}
-	b.created, b.paused = true, true
+	b.created, b.paused, b.fsPaused = true, true, filesOnly
 	r.pushAll(context.Background(), id, b)
 	return b.handle
 }

@@ -134,6 +134,9 @@ type sandbox struct {
 	created bool              // guarded by mu
 	paused  bool              // guarded by mu; saved to <dir>/state, no QEMU, network or cgroup unless kept
 	kept    bool              // guarded by mu; paused, its QEMU stopped but kept (kept_linux.go)
+	// fsPaused: paused to its files only, no state or memory file
+	// (fspause_linux.go); guarded by mu.
+	fsPaused bool
 	// pauseWritten is what the last Pause wrote (bytes; guarded by mu).
 	pauseWritten int64
 	// teardown releases what a Pause left to release after it returned
