@@ -116,7 +116,7 @@ func newSandboxCreateCmd(cf *clientFlags) *cobra.Command {
 	var tmpl string
 	var timeout int
 	var env, meta []string
-	var autoPause, autoResume bool
+	var autoPause, autoResume, filesOnly bool
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its ID",
@@ -132,7 +132,7 @@ func newSandboxCreateCmd(cf *clientFlags) *cobra.Command {
 			}
 			sb, err := cf.client().CreateSandbox(cmd.Context(), moat.CreateOptions{
 				Template: tmpl, Timeout: time.Duration(timeout) * time.Second, EnvVars: envs, Metadata: md,
-				AutoPause: autoPause, AutoResume: autoResume})
+				AutoPause: autoPause, AutoResume: autoResume, AutoPauseFilesOnly: filesOnly})
 			if err != nil {
 				return err
 			}
@@ -150,6 +150,8 @@ func newSandboxCreateCmd(cf *clientFlags) *cobra.Command {
 		"pause the sandbox instead of killing it when its timeout expires (resume with 'moat sandbox resume')")
 	cmd.Flags().BoolVar(&autoResume, "auto-resume", false,
 		"resume the auto-paused sandbox when traffic reaches it (requires --auto-pause)")
+	cmd.Flags().BoolVar(&filesOnly, "files-only", false,
+		"with --auto-pause: keep only the files, not the memory (the resume boots the sandbox again; excludes --auto-resume)")
 	return cmd
 }
 
@@ -252,15 +254,25 @@ func forEach(cmd *cobra.Command, args []string, fn func(arg string) error) error
 }
 
 func newSandboxPauseCmd(cf *clientFlags) *cobra.Command {
-	return &cobra.Command{
+	var filesOnly bool
+	cmd := &cobra.Command{
 		Use:   "pause ID...",
 		Short: "Pause running sandboxes (memory and files are kept; resume with `moat sandbox resume`)",
-		Args:  cobra.MinimumNArgs(1),
+		Long: "Pause running sandboxes. Their memory and files are kept and the resume continues their\n" +
+			"processes; with --files-only only the files are kept (E2B's keepMemory: false): the processes\n" +
+			"end, the memory is freed, and the resume boots the sandbox again from its files.",
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := cf.client()
-			return forEach(cmd, args, func(id string) error { return c.Pause(cmd.Context(), id) })
+			pause := c.Pause
+			if filesOnly {
+				pause = c.PauseFilesOnly
+			}
+			return forEach(cmd, args, func(id string) error { return pause(cmd.Context(), id) })
 		},
 	}
+	cmd.Flags().BoolVar(&filesOnly, "files-only", false, "keep only the files, not the memory or the processes")
+	return cmd
 }
 
 func newSandboxResumeCmd(cf *clientFlags) *cobra.Command {

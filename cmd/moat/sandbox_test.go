@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +19,7 @@ type fakeLifecycle struct {
 	snaps    []string          // snapshot IDs
 	created  map[string]any    // last create body
 	timeouts []float64         // connect timeouts received
+	pauses   []string          // pause bodies received
 }
 
 func writeAPIError(w http.ResponseWriter, status int, msg string) {
@@ -38,6 +40,8 @@ func (f *fakeLifecycle) handler() http.Handler {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		id := r.PathValue("id")
+		b, _ := io.ReadAll(r.Body)
+		f.pauses = append(f.pauses, string(b))
 		switch f.states[id] {
 		case "":
 			writeAPIError(w, http.StatusNotFound, "sandbox "+id+" not found")
@@ -115,7 +119,7 @@ func (f *fakeLifecycle) handler() http.Handler {
 
 // TestLifecycleCommands runs the steps in order against one fake server.
 func TestLifecycleCommands(t *testing.T) {
-	f := &fakeLifecycle{states: map[string]string{"i1": "running", "c1": "running"}}
+	f := &fakeLifecycle{states: map[string]string{"i1": "running", "c1": "running", "i2": "running"}}
 	srv := httptest.NewServer(f.handler())
 	defer srv.Close()
 	t.Setenv("MOAT_API_URL", srv.URL)
@@ -133,6 +137,8 @@ func TestLifecycleCommands(t *testing.T) {
 		{"create auto-resume alone", []string{"sandbox", "create", "--auto-resume"}, "", "", 0, "requires AutoPause"},
 		{"pause", []string{"sandbox", "pause", "i1"}, "", "", 0, ""},
 		{"pause again", []string{"sandbox", "pause", "i1", "nope"}, "", "already paused", 1, ""},
+		{"pause files only", []string{"sandbox", "pause", "--files-only", "i2"}, "", "", 0, ""},
+		{"create files only with auto-resume", []string{"sandbox", "create", "--auto-pause", "--files-only", "--auto-resume"}, "", "", 0, "excludes AutoResume"},
 		{"resume", []string{"sandbox", "resume", "i1", "--timeout", "60"}, "i1 resumed\n", "", 0, ""},
 		{"resume running", []string{"sandbox", "resume", "i1"}, "i1 already running\n", "", 0, ""},
 		{"resume unknown", []string{"sandbox", "resume", "i1", "nope"}, "i1 already running\n", "sandbox nope not found", 1, ""},
@@ -166,6 +172,9 @@ func TestLifecycleCommands(t *testing.T) {
 	}
 	if ar, _ := f.created["autoResume"].(map[string]any); ar["enabled"] != true {
 		t.Errorf("create body = %v, want autoResume.enabled", f.created)
+	}
+	if want := []string{"", "", "", `{"memory":false}`}; fmt.Sprintf("%q", f.pauses) != fmt.Sprintf("%q", want) {
+		t.Errorf("pause bodies = %q, want %q", f.pauses, want)
 	}
 	if want := []float64{60, 300, 300, 300}; fmt.Sprint(f.timeouts) != fmt.Sprint(want) {
 		t.Errorf("connect timeouts = %v, want %v", f.timeouts, want)

@@ -132,6 +132,10 @@ type CreateOptions struct {
 	// AutoResume resumes an auto-paused sandbox when traffic reaches it
 	// through the sandbox proxy. It requires AutoPause.
 	AutoResume bool
+	// AutoPauseFilesOnly makes the auto-pause keep only the files (E2B's
+	// onTimeout keepMemory: false; see PauseFilesOnly). It requires
+	// AutoPause and excludes AutoResume.
+	AutoPauseFilesOnly bool
 }
 
 // DefaultTemplate and DefaultTimeout apply when CreateOptions leaves them empty.
@@ -196,6 +200,10 @@ func (c *Client) CreateSandbox(ctx context.Context, opts CreateOptions) (*Sandbo
 	if opts.AutoResume && !opts.AutoPause {
 		return nil, fmt.Errorf("create sandbox: AutoResume requires AutoPause: %w", ErrInvalidArgument)
 	}
+	if opts.AutoPauseFilesOnly && (!opts.AutoPause || opts.AutoResume) {
+		return nil, fmt.Errorf("create sandbox: AutoPauseFilesOnly requires AutoPause and excludes AutoResume "+
+			"(a sandbox without its memory is resumed only explicitly): %w", ErrInvalidArgument)
+	}
 	secure, timeout := true, int32(opts.Timeout/time.Second)
 	in := rest.NewSandbox{TemplateID: opts.Template, Timeout: &timeout, Secure: &secure}
 	if opts.Metadata != nil {
@@ -211,6 +219,10 @@ func (c *Client) CreateSandbox(ctx context.Context, opts CreateOptions) (*Sandbo
 	}
 	if opts.AutoResume {
 		in.AutoResume = &rest.SandboxAutoResumeConfig{Enabled: true}
+	}
+	if opts.AutoPauseFilesOnly {
+		keep := false
+		in.AutoPauseMemory = &keep
 	}
 	var out rest.Sandbox
 	if err := c.do(ctx, http.MethodPost, "/sandboxes", in, http.StatusCreated, &out); err != nil {
@@ -271,6 +283,19 @@ func (c *Client) SetTimeout(ctx context.Context, id string, d time.Duration) err
 func (c *Client) Pause(ctx context.Context, id string) error {
 	if err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/pause", nil, http.StatusNoContent, nil); err != nil {
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// PauseFilesOnly pauses a running sandbox keeping only its files (E2B's
+// pause with keepMemory: false): its processes end and its memory is
+// freed; Connect boots it again from its disk (traffic does not). Errors
+// as for Pause.
+func (c *Client) PauseFilesOnly(ctx context.Context, id string) error {
+	keep := false
+	in := rest.SandboxPauseRequest{Memory: &keep}
+	if err := c.do(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/pause", in, http.StatusNoContent, nil); err != nil {
+		return fmt.Errorf("pause sandbox %s to its files: %w", id, err)
 	}
 	return nil
 }

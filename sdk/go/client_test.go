@@ -293,6 +293,10 @@ func TestCreateSandboxLifecycleOptions(t *testing.T) {
 			map[string]any{"templateID": "my-snap", "timeout": float64(60), "secure": true, "autoPause": true,
 				"autoResume": map[string]any{"enabled": true}}, nil},
 		{"resume without pause", CreateOptions{AutoResume: true}, nil, ErrInvalidArgument},
+		{"files only", CreateOptions{AutoPause: true, AutoPauseFilesOnly: true},
+			map[string]any{"templateID": "base", "timeout": float64(300), "secure": true, "autoPause": true, "autoPauseMemory": false}, nil},
+		{"files only without pause", CreateOptions{AutoPauseFilesOnly: true}, nil, ErrInvalidArgument},
+		{"files only with resume", CreateOptions{AutoPause: true, AutoResume: true, AutoPauseFilesOnly: true}, nil, ErrInvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -346,6 +350,35 @@ func TestPause(t *testing.T) {
 			}
 			if sb.Info.State != wantState {
 				t.Fatalf("state = %q, want %q", sb.Info.State, wantState)
+			}
+		})
+	}
+}
+
+// TestPauseFilesOnly: the body says memory: false; the answers map as for Pause.
+func TestPauseFilesOnly(t *testing.T) {
+	tests := []struct {
+		name    string
+		handler http.HandlerFunc
+		wantErr error
+	}{
+		{"ok", reply(http.StatusNoContent, ""), nil},
+		{"runtime cannot", reply(http.StatusNotImplemented, `{"code":501,"message":"no"}`), ErrNotImplemented},
+		{"not running", reply(http.StatusConflict, `{"code":409,"message":"sandbox i1 is paused"}`), ErrConflict},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var body map[string]any
+			c := fakeAPI(t, map[string]http.HandlerFunc{
+				"POST /sandboxes/{id}/pause": func(w http.ResponseWriter, r *http.Request) {
+					json.NewDecoder(r.Body).Decode(&body)
+					tt.handler(w, r)
+				},
+			})
+			sb := &Sandbox{ID: "i1", Info: SandboxInfo{State: "running"}, client: c}
+			checkErr(t, sb.PauseFilesOnly(context.Background()), tt.wantErr)
+			if b, _ := json.Marshal(body); string(b) != `{"memory":false}` {
+				t.Fatalf("body = %s, want {\"memory\":false}", b)
 			}
 		})
 	}

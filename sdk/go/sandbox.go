@@ -58,6 +58,16 @@ func (s *Sandbox) Pause(ctx context.Context) error {
 	return nil
 }
 
+// PauseFilesOnly pauses the sandbox keeping only its files; see
+// Client.PauseFilesOnly. s.Info.State becomes "paused" on success.
+func (s *Sandbox) PauseFilesOnly(ctx context.Context) error {
+	if err := s.client.PauseFilesOnly(ctx, s.ID); err != nil {
+		return err
+	}
+	s.Info.State = "paused"
+	return nil
+}
+
 // Connect resumes the sandbox if it is paused and makes it expire no sooner
 // than timeout from now; see Client.Connect. It reports whether the sandbox was resumed
 // and refreshes s.AccessToken and the Info fields the answer carries
