@@ -38,7 +38,7 @@ func TestServePostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s := startServerArgs(t, dataDir, []string{"--store", dsn})
+	s := startServerArgs(t, dataDir, []string{"--store", dsn, "--node-id", "node-a"})
 	if s.key == "" {
 		t.Fatalf("no API key printed for the new database:\n%s", s.out.String())
 	}
@@ -52,6 +52,15 @@ func TestServePostgres(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "moat.db")); err == nil {
 		t.Error("the server made DATA-DIR/moat.db although its store is PostgreSQL")
+	}
+	// The server is a node of the registry, and its sandbox's row says so.
+	var node string
+	if err := pgtest.Open(t, dsn).QueryRowContext(ctx, `SELECT node_id FROM sandboxes WHERE id = $1`, sb.ID).Scan(&node); err != nil || node != "node-a" {
+		t.Fatalf("node of the sandbox row: %q, %v", node, err)
+	}
+	out, _, code, err := runCLI("cluster", "nodes", "--store", dsn)
+	if err != nil || code != 0 || !strings.Contains(out, "node-a") || !strings.Contains(out, "alive") || !strings.Contains(out, "container") {
+		t.Fatalf("moat cluster nodes: %q (code %d, %v)", out, code, err)
 	}
 
 	s.stop()

@@ -18,7 +18,7 @@ const (
 // (sandbox, run, template build --dockerfile, template rm) talk to a server
 // through sdk/go and build on every OS.
 func serverCommands() []*cobra.Command {
-	return []*cobra.Command{newServeCmd(), newAPIKeyCmd(), newBenchCmd(), newSecretsCmd()}
+	return []*cobra.Command{newServeCmd(), newAPIKeyCmd(), newBenchCmd(), newSecretsCmd(), newClusterCmd()}
 }
 
 // addDataDirFlag registers --data-dir (env MOAT_DATA_DIR).

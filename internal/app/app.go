@@ -77,6 +77,10 @@ type Config struct {
 	// CA) that requests with network.rules headers may be forwarded to, on
 	// top of the system pool ("" = the system pool only).
 	EgressUpstreamCA string
+	// NodeID is this server's ID in the store's node registry (package
+	// cluster; default: the host name, "-s<scope>" added for a scoped
+	// server).
+	NodeID string
 	// WebhookAllow are networks webhook deliveries may reach although they
 	// are not public (loopback, private, this host's addresses: refused
 	// otherwise; see package webhook).
@@ -170,6 +174,11 @@ func Serve(ctx context.Context, cfg Config) error {
 	defer closeRuntimes()
 	log.Info("using runtime", "runtime", rts[0].Name(), "enabled", cfg.Runtime, "available", runtime.Names())
 	hooks := webhook.New(webhook.Config{Store: db, Logger: log, Allow: cfg.WebhookAllow})
+	stopCluster, err := startCluster(ctx, cfg, db, rts) // cluster.go
+	if err != nil {
+		return err
+	}
+	defer stopCluster()
 	orch, err := newOrchestrator(cfg, db, rts, egressCA, hooks.Record)
 	if err != nil {
 		return err
@@ -311,7 +320,7 @@ func newOrchestrator(cfg Config, db *store.DB, rts []runtime.Runtime, egressCA [
 	adm.Room = capacity.Room
 	orch, err := orchestrator.New(orchestrator.Config{Store: db, Runtimes: rts, Logger: cfg.Logger,
 		MaxTimeout: cfg.MaxTimeout, EnvdPort: cfg.EnvdPort, Admission: admission.New(adm), Pools: cfg.Pools, EgressCA: egressCA,
-		Events: onEvent})
+		Events: onEvent, NodeID: nodeID(cfg)})
 	if err != nil {
 		return nil, err
 	}

@@ -70,6 +70,10 @@ type Config struct {
 	ReadyTimeout time.Duration // how long Create waits for envd (default 30 s)
 	HTTPClient   *http.Client  // for envd /health and /init
 
+	// NodeID names this server in the store's node registry (package
+	// cluster); every sandbox it creates records it.
+	NodeID string
+
 	// Events receives the sandboxes' lifecycle events (package events;
 	// webhook.Service.Record stores and delivers them); nil drops them.
 	// It is called under the sandbox's lock and must not block for long.
@@ -272,7 +276,7 @@ func (o *Orchestrator) newSandbox(req CreateRequest, tpl store.Template, spec ru
 		AllowInternet: req.AllowInternet, AutoPause: req.AutoPause, AutoResume: req.AutoResume && req.AutoPause,
 		AutoPauseFilesystem: req.AutoPauseFS && req.AutoPause,
 		Timeout:             req.Timeout, CPUCount: spec.VCPUs, MemoryMB: spec.MemoryMiB, DiskSizeMB: spec.DiskMiB,
-		Network: network}
+		Network: network, NodeID: o.cfg.NodeID}
 	if req.Secure {
 		sb.EnvdAccessToken = sandboxspec.RandomHex(32)
 	}

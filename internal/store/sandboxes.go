@@ -40,6 +40,9 @@ type Sandbox struct {
 	DiskSizeMB          int
 	Network             Network // egress policy and proxy access, on top of AllowInternet
 	VolumeMounts        []VolumeMount
+	// NodeID is the node that holds the sandbox (see Node): the server's
+	// own node ID; "" in rows written before the node registry.
+	NodeID string
 }
 
 // VolumeMount is a volume a sandbox mounts, and where.
@@ -95,11 +98,12 @@ type SandboxFilter struct {
 	StartedAfter time.Time         // inclusive
 	Cursor       *Cursor           // continue after this item
 	Limit        int               // 0 = no limit
+	NodeID       string            // only the sandboxes this node holds ("" = any)
 }
 
 const sandboxCols = `id, template_id, alias, state, runtime, addr, started_at, end_at, metadata,
 	env_vars, envd_access_token, secure, allow_internet, auto_pause, cpu_count, memory_mb, disk_size_mb,
-	auto_resume, timeout_s, team, network, volume_mounts, auto_pause_fs, paused_fs`
+	auto_resume, timeout_s, team, network, volume_mounts, auto_pause_fs, paused_fs, node_id`
 
 // InsertSandbox stores a new sandbox; errdefs.ErrAlreadyExists if the ID is
 // taken, errdefs.ErrInvalidArgument without a valid team.
@@ -155,11 +159,11 @@ func insertSandbox(ctx context.Context, db execer, s Sandbox) error {
 		vm = string(b)
 	}
 	_, err = db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.ID, s.TemplateID, s.Alias, s.State, s.Runtime, s.Addr, toUnix(s.StartedAt), toUnix(s.EndAt),
 		md, env, s.EnvdAccessToken, boolInt(s.Secure), boolInt(s.AllowInternet), boolInt(s.AutoPause),
 		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second), s.Team, nw, vm,
-		boolInt(s.AutoPauseFilesystem), boolInt(s.PausedFilesystem))
+		boolInt(s.AutoPauseFilesystem), boolInt(s.PausedFilesystem), s.NodeID)
 	if err != nil {
 		if isUniqueViolation(err) {
 			return fmt.Errorf("insert sandbox %s: %w", s.ID, errAlreadyExists)
@@ -183,11 +187,11 @@ func (d *DB) UpdateSandbox(ctx context.Context, s Sandbox) error {
 	res, err := d.w.ExecContext(ctx, `UPDATE sandboxes SET template_id=?, alias=?, state=?, runtime=?,
 		addr=?, started_at=?, end_at=?, metadata=?, env_vars=?, envd_access_token=?, secure=?,
 		allow_internet=?, auto_pause=?, cpu_count=?, memory_mb=?, disk_size_mb=?, auto_resume=?,
-		timeout_s=?, network=?, auto_pause_fs=?, paused_fs=? WHERE id=?`,
+		timeout_s=?, network=?, auto_pause_fs=?, paused_fs=?, node_id=? WHERE id=?`,
 		s.TemplateID, s.Alias, s.State, s.Runtime, s.Addr, toUnix(s.StartedAt), toUnix(s.EndAt),
 		md, env, s.EnvdAccessToken, boolInt(s.Secure), boolInt(s.AllowInternet), boolInt(s.AutoPause),
 		s.CPUCount, s.MemoryMB, s.DiskSizeMB, boolInt(s.AutoResume), int64(s.Timeout/time.Second), nw,
-		boolInt(s.AutoPauseFilesystem), boolInt(s.PausedFilesystem), s.ID)
+		boolInt(s.AutoPauseFilesystem), boolInt(s.PausedFilesystem), s.NodeID, s.ID)
 	if err != nil {
 		return fmt.Errorf("update sandbox %s: %w", s.ID, err)
 	}
@@ -265,6 +269,10 @@ func buildListQuery(f SandboxFilter) (string, []any) {
 		where = append(where, "started_at >= ?")
 		args = append(args, toUnix(f.StartedAfter))
 	}
+	if f.NodeID != "" {
+		where = append(where, "node_id = ?")
+		args = append(args, f.NodeID)
+	}
 	asc := f.Order == "asc"
 	if c := f.Cursor; c != nil {
 		if asc {
@@ -324,7 +332,7 @@ func scanSandbox(sc scanner) (Sandbox, error) {
 	var timeoutS int64
 	err := sc.Scan(&s.ID, &s.TemplateID, &s.Alias, &s.State, &s.Runtime, &s.Addr, &started, &end, &md,
 		&env, &s.EnvdAccessToken, &secure, &inet, &autoPause, &s.CPUCount, &s.MemoryMB, &s.DiskSizeMB,
-		&autoResume, &timeoutS, &s.Team, &nw, &vm, &autoPauseFS, &pausedFS)
+		&autoResume, &timeoutS, &s.Team, &nw, &vm, &autoPauseFS, &pausedFS, &s.NodeID)
 	if err != nil {
 		return s, err
 	}

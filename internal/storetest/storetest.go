@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/build"
+	"github.com/moatsh/moat/internal/cluster"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/secrets"
 	"github.com/moatsh/moat/internal/server"
@@ -38,6 +39,7 @@ type Store interface {
 	build.Store
 	secrets.Store
 	webhook.Store
+	cluster.Store
 
 	// UpsertTemplate inserts t or updates the template named t.Name in
 	// place, keeping its ID, CreatedAt and spawn statistics; an empty
@@ -53,6 +55,9 @@ type Store interface {
 	CountAPIKeys(ctx context.Context) (int, error)
 	// GetSandbox returns sandbox id (errdefs.ErrNotFound).
 	GetSandbox(ctx context.Context, id string) (store.Sandbox, error)
+	// GetNode returns node id (errdefs.ErrNotFound); DeleteNode forgets it.
+	GetNode(ctx context.Context, id string) (store.Node, error)
+	DeleteNode(ctx context.Context, id string) error
 }
 
 // Run runs the suite; open returns a new, empty store for each test (and
@@ -78,6 +83,8 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Events", eventsList},
 		{"Webhooks", webhooksCRUD},
 		{"Deliveries", deliveries},
+		{"Nodes", nodes},
+		{"SandboxNodes", sandboxNodes},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

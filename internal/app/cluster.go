@@ -1,0 +1,72 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	goruntime "runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+
+	"github.com/moatsh/moat/internal/admission"
+	"github.com/moatsh/moat/internal/cluster"
+	"github.com/moatsh/moat/internal/runtime"
+	"github.com/moatsh/moat/internal/store"
+)
+
+// nodeID is the ID this server registers under: cfg.NodeID, else the host
+// name (with "-s<scope>" for a scoped server, so that several on one host
+// stay apart).
+func nodeID(cfg Config) string {
+	if cfg.NodeID != "" {
+		return cfg.NodeID
+	}
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "localhost"
+	}
+	if s := cfg.Backends.Scope; s != 0 {
+		h += fmt.Sprintf("-s%d", s)
+	}
+	return h
+}
+
+// startCluster registers this server as a node of the store's registry
+// and watches the registry for nodes whose lease ran out (package
+// cluster); stop ends both. A server is today both the API and the node
+// of its sandboxes (docs/cluster.md says what the roles become).
+func startCluster(ctx context.Context, cfg Config, db *store.DB, rts []runtime.Runtime) (stop func(), err error) {
+	var names []string
+	for _, rt := range rts {
+		names = append(names, rt.Name())
+	}
+	n := store.Node{ID: nodeID(cfg), Addr: cfg.Addr, Runtimes: names, CPUs: goruntime.NumCPU(), Version: version()}
+	if hf, err := admission.HostFiguresFor(cfg.DataDir)(); err == nil {
+		n.MemoryMB = hf.MemTotal
+	}
+	log := cfg.Logger.With("node", n.ID)
+	reg := &cluster.Registrar{Store: db, Node: n, Log: log,
+		Lost: func(ctx context.Context) {
+			log.WarnContext(ctx, "cluster: this node was declared lost while its sandboxes ran; they are kept (one server per store today)")
+		}}
+	if err := reg.Register(ctx); err != nil {
+		return nil, err
+	}
+	w := &cluster.Watcher{Store: db, Log: log}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); reg.Run(ctx) }()
+	go func() { defer wg.Done(); w.Run(ctx) }()
+	log.Info("cluster: registered in the node registry", "runtimes", strings.Join(names, ","))
+	return func() { cancel(); wg.Wait() }, nil
+}
+
+// version is this binary's module version ("(devel)" for a local build).
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

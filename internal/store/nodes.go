@@ -1,0 +1,129 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/moatsh/moat/internal/errdefs"
+)
+
+// Node is one `moat serve` that runs sandboxes, as it registered itself
+// in the node registry that the servers sharing a store read (the cluster
+// issue: API servers place sandboxes on nodes by it). A node is alive
+// while LeaseUntil is ahead; a server that finds it behind marks the node
+// Lost (MarkLostNodes), and the node must register again.
+type Node struct {
+	ID         string // chosen by the node (moat serve --node-id; default the host name)
+	Addr       string // where servers reach its node API (host:port)
+	Runtimes   []string
+	MemoryMB   int // memory it offers sandboxes
+	CPUs       int
+	Version    string
+	StartedAt  time.Time
+	LeaseUntil time.Time
+	Lost       bool
+}
+
+const nodeCols = `id, addr, runtimes, memory_mb, cpus, version, started_at, lease_until, lost`
+
+// RegisterNode inserts n, or replaces the node with n.ID (also one marked
+// lost: it is alive again); errdefs.ErrInvalidArgument without an ID or a
+// lease.
+func (d *DB) RegisterNode(ctx context.Context, n Node) error {
+	if n.ID == "" || n.LeaseUntil.IsZero() {
+		return fmt.Errorf("register node %q: ID and lease required: %w", n.ID, errInvalid)
+	}
+	rts, err := json.Marshal(nonNilStrings(n.Runtimes))
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", n.ID, err)
+	}
+	_, err = d.w.ExecContext(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)
+		ON CONFLICT (id) DO UPDATE SET addr = excluded.addr, runtimes = excluded.runtimes,
+		memory_mb = excluded.memory_mb, cpus = excluded.cpus, version = excluded.version,
+		started_at = excluded.started_at, lease_until = excluded.lease_until, lost = 0`,
+		n.ID, n.Addr, string(rts), n.MemoryMB, n.CPUs, n.Version, toUnix(n.StartedAt), toUnix(n.LeaseUntil))
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", n.ID, err)
+	}
+	return nil
+}
+
+// RenewNodeLease moves node id's lease to until (never back).
+// errdefs.ErrNotFound for an unknown node; errdefs.ErrFailedPrecondition
+// for one marked lost, which must register again (and reconcile its
+// sandboxes with what the others were told) before it counts as alive.
+func (d *DB) RenewNodeLease(ctx context.Context, id string, until time.Time) error {
+	res, err := d.w.ExecContext(ctx, `UPDATE nodes SET lease_until = CASE WHEN lease_until > ? THEN lease_until ELSE ? END
+		WHERE id = ? AND lost = 0`, toUnix(until), toUnix(until), id)
+	if err != nil {
+		return fmt.Errorf("renew lease of node %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		return nil
+	}
+	if _, err := d.GetNode(ctx, id); err != nil {
+		return err
+	}
+	return fmt.Errorf("renew lease of node %s: the node was declared lost; it must register again: %w", id, errdefs.ErrFailedPrecondition)
+}
+
+// GetNode returns node id; errdefs.ErrNotFound if none.
+func (d *DB) GetNode(ctx context.Context, id string) (Node, error) {
+	n, err := scanNode(d.r.QueryRowContext(ctx, `SELECT `+nodeCols+` FROM nodes WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Node{}, notFound("node", id)
+	}
+	if err != nil {
+		return Node{}, fmt.Errorf("get node %s: %w", id, err)
+	}
+	return n, nil
+}
+
+// ListNodes returns every registered node by ID, lost ones included.
+func (d *DB) ListNodes(ctx context.Context) ([]Node, error) {
+	return queryAll(ctx, d.r, "list nodes", scanNode, `SELECT `+nodeCols+` FROM nodes ORDER BY id`)
+}
+
+// MarkLostNodes marks lost every node whose lease ended before now and
+// returns their IDs, each once: of several servers that run it at the same
+// time, one gets a given node.
+func (d *DB) MarkLostNodes(ctx context.Context, now time.Time) ([]string, error) {
+	return queryAll(ctx, d.w, "mark lost nodes", func(sc scanner) (string, error) {
+		var id string
+		return id, sc.Scan(&id)
+	}, `UPDATE nodes SET lost = 1 WHERE lost = 0 AND lease_until < ? RETURNING id`, toUnix(now))
+}
+
+// DeleteNode forgets node id (it left the cluster); unknown IDs succeed.
+func (d *DB) DeleteNode(ctx context.Context, id string) error {
+	if _, err := d.w.ExecContext(ctx, `DELETE FROM nodes WHERE id = ?`, id); err != nil {
+		return fmt.Errorf("delete node %s: %w", id, err)
+	}
+	return nil
+}
+
+func scanNode(sc scanner) (Node, error) {
+	var n Node
+	var rts string
+	var started, lease int64
+	var lost int
+	if err := sc.Scan(&n.ID, &n.Addr, &rts, &n.MemoryMB, &n.CPUs, &n.Version, &started, &lease, &lost); err != nil {
+		return n, err
+	}
+	n.StartedAt, n.LeaseUntil, n.Lost = fromUnix(started), fromUnix(lease), lost != 0
+	if err := json.Unmarshal([]byte(rts), &n.Runtimes); err != nil {
+		return n, fmt.Errorf("node %s runtimes: %w", n.ID, err)
+	}
+	return n, nil
+}
+
+func nonNilStrings(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
