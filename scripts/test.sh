@@ -220,6 +220,8 @@ if [ "$tier" = full ]; then
     go test ./cmd/moat/ -run '^$' -bench BenchmarkCreateThroughput -benchtime=1x -count=1 -timeout 20m
   bench "benchmark: create→first command on SQLite vs PostgreSQL (BenchmarkStoreCreateFirstCommand)" \
     go test ./cmd/moat/ -run '^$' -bench BenchmarkStoreCreateFirstCommand -benchtime=1x -count=1 -timeout 20m
+  bench "benchmark: placement on PostgreSQL with 10, 100 and 500 nodes (BenchmarkPlacement)" \
+    go test ./internal/cluster/ -run '^$' -bench BenchmarkPlacement -benchtime=1x -count=1 -timeout 10m
   bench "benchmark: the interpreter's round trip and the microVM accelerator choice" \
     go test ./test/interpreter/ ./internal/runtime/vm/ -run '^$' -bench 'BenchmarkLatency|BenchmarkAccelAuto' -benchtime=1x -count=1 -timeout 20m
   bench "density: 200 containers and 50 microVMs (256 MiB), memory per idle sandbox, no leftovers (moat bench --density)" \

@@ -127,3 +127,86 @@ func nonNilStrings(s []string) []string {
 	}
 	return s
 }
+
+// NodeLoad is a registered node with what its sandboxes hold.
+type NodeLoad struct {
+	Node
+	ReservedMB int // memory of its sandboxes that are not paused
+	Sandboxes  int // its sandboxes that are not paused
+}
+
+// PlaceSandbox inserts s on the node pick chooses, counting its
+// template's spawn, in one write transaction; pick sees every registered
+// node with its load. Servers that place at once see each other's
+// sandboxes (SQLite's one writer; on PostgreSQL every write transaction
+// takes the store's transaction lock first), so a node is never booked
+// past what pick allows. pick's error is returned as it is.
+func (d *DB) PlaceSandbox(ctx context.Context, s Sandbox, pick func([]NodeLoad) (string, error)) (Sandbox, error) {
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return s, fmt.Errorf("place sandbox %s: %w", s.ID, err)
+	}
+	defer tx.Rollback()
+	loads, err := nodeLoads(ctx, tx)
+	if err != nil {
+		return s, fmt.Errorf("place sandbox %s: %w", s.ID, err)
+	}
+	if s.NodeID, err = pick(loads); err != nil {
+		return s, err
+	}
+	if err := insertSandbox(ctx, tx, s); err != nil {
+		return s, err
+	}
+	if err := markSpawned(ctx, tx, s.TemplateID, s.StartedAt); err != nil {
+		return s, err
+	}
+	if err := tx.Commit(); err != nil {
+		return s, fmt.Errorf("place sandbox %s: %w", s.ID, err)
+	}
+	return s, nil
+}
+
+// NodeLoads returns every registered node with its load, by ID.
+func (d *DB) NodeLoads(ctx context.Context) ([]NodeLoad, error) {
+	return nodeLoads(ctx, d.r)
+}
+
+// querier is a *sql.DB or a *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func nodeLoads(ctx context.Context, q querier) ([]NodeLoad, error) {
+	rows, err := q.QueryContext(ctx, `SELECT n.id, n.addr, n.runtimes, n.memory_mb, n.cpus, n.version, n.started_at,
+		n.lease_until, n.lost, CAST(COALESCE(SUM(s.memory_mb), 0) AS BIGINT), COUNT(s.id)
+		FROM nodes n LEFT JOIN sandboxes s ON s.node_id = n.id AND s.state != ?
+		GROUP BY n.id ORDER BY n.id`, StatePaused)
+	if err != nil {
+		return nil, fmt.Errorf("node loads: %w", err)
+	}
+	defer rows.Close()
+	var out []NodeLoad
+	for rows.Next() {
+		var l NodeLoad
+		n, err := scanNode(loadScanner{rows, &l})
+		if err != nil {
+			return nil, fmt.Errorf("node loads: %w", err)
+		}
+		l.Node = n
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("node loads: %w", err)
+	}
+	return out, nil
+}
+
+// loadScanner scans a node row followed by its load's two columns.
+type loadScanner struct {
+	rows *sql.Rows
+	l    *NodeLoad
+}
+
+func (s loadScanner) Scan(dest ...any) error {
+	return s.rows.Scan(append(dest, &s.l.ReservedMB, &s.l.Sandboxes)...)
+}

@@ -1,0 +1,182 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/testkit/pgtest"
+)
+
+func TestPick(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	alive := now.Add(time.Second)
+	node := func(id string, memMB, reserved, n int, rts ...string) store.NodeLoad {
+		return store.NodeLoad{Node: store.Node{ID: id, MemoryMB: memMB, Runtimes: rts, LeaseUntil: alive}, ReservedMB: reserved, Sandboxes: n}
+	}
+	lost := node("lost", 8192, 0, 0, "container")
+	lost.Lost = true
+	expired := node("expired", 8192, 0, 0, "container")
+	expired.LeaseUntil = now
+	tests := []struct {
+		name    string
+		loads   []store.NodeLoad
+		need    Need
+		want    string
+		wantErr error
+	}{
+		{"most room", []store.NodeLoad{node("a", 1024, 512, 2, "container"), node("b", 1024, 0, 0, "container")}, Need{MemoryMB: 256, Runtime: "container"}, "b", nil},
+		{"tie: fewer sandboxes", []store.NodeLoad{node("a", 1024, 0, 3, "container"), node("b", 1024, 0, 1, "container")}, Need{MemoryMB: 256}, "b", nil},
+		{"tie: smaller ID", []store.NodeLoad{node("a", 1024, 0, 1, "container"), node("b", 1024, 0, 1, "container")}, Need{MemoryMB: 256}, "a", nil},
+		{"runtime", []store.NodeLoad{node("a", 4096, 0, 0, "container"), node("b", 1024, 0, 0, "vm")}, Need{MemoryMB: 256, Runtime: "vm"}, "b", nil},
+		{"full at the edge", []store.NodeLoad{node("a", 256, 768, 3, "container")}, Need{MemoryMB: 256}, "a", nil},
+		{"full", []store.NodeLoad{node("a", 256, 1024, 4, "container")}, Need{MemoryMB: 256}, "", errdefs.ErrUnavailable},
+		{"lost and expired skipped", []store.NodeLoad{expired, lost, node("z", 256, 0, 0, "container")}, Need{MemoryMB: 256}, "z", nil},
+		{"only lost", []store.NodeLoad{lost, expired}, Need{MemoryMB: 256}, "", errdefs.ErrUnavailable},
+		{"no node runs it", []store.NodeLoad{node("a", 4096, 0, 0, "container")}, Need{MemoryMB: 256, Runtime: "gvisor"}, "", errdefs.ErrInvalidArgument},
+		{"no nodes", nil, Need{MemoryMB: 256}, "", errdefs.ErrUnavailable},
+	}
+	p := Placement{Now: func() time.Time { return now }}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := p.Pick(tt.loads, tt.need)
+			if got != tt.want || !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Pick = %q, %v; want %q, %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestPlaceNeverOverbooks: two stores on one database (two API servers)
+// place 40 sandboxes at once on 3 nodes with room for 4 each: 12 are
+// placed, 4 per node, the rest get ErrUnavailable. On SQLite and on
+// PostgreSQL.
+func TestPlaceNeverOverbooks(t *testing.T) {
+	engines := map[string]func(t *testing.T) string{
+		"sqlite":     func(t *testing.T) string { return filepath.Join(t.TempDir(), "moat.db") },
+		"postgresql": func(t *testing.T) string { return pgtest.Start(t).NewDB(t) },
+	}
+	for name, loc := range engines {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			where := loc(t)
+			dbs := []*store.DB{openAt(t, where), openAt(t, where)}
+			lease := time.Now().Add(time.Hour)
+			for _, id := range []string{"n1", "n2", "n3"} {
+				if err := dbs[0].RegisterNode(ctx, store.Node{ID: id, MemoryMB: 1024, Runtimes: []string{"container"}, LeaseUntil: lease}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := Placement{Overcommit: 1}
+			var mu sync.Mutex
+			placed, full := map[string]int{}, 0
+			var wg sync.WaitGroup
+			for i := range 40 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					sb := store.Sandbox{ID: fmt.Sprintf("s%02d", i), Team: "t", TemplateID: "base", State: store.StateRunning,
+						MemoryMB: 256, StartedAt: time.Now()}
+					got, err := dbs[i%2].PlaceSandbox(ctx, sb, func(l []store.NodeLoad) (string, error) {
+						return p.Pick(l, Need{MemoryMB: 256, Runtime: "container"})
+					})
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err == nil:
+						placed[got.NodeID]++
+					case errors.Is(err, errdefs.ErrUnavailable):
+						full++
+					default:
+						t.Errorf("place %s: %v", sb.ID, err)
+					}
+				}()
+			}
+			wg.Wait()
+			if placed["n1"] != 4 || placed["n2"] != 4 || placed["n3"] != 4 || full != 28 {
+				t.Fatalf("placed %v, %d refused; want 4 on each node and 28 refused", placed, full)
+			}
+			loads, err := dbs[1].NodeLoads(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range loads {
+				if l.ReservedMB != 1024 || l.Sandboxes != 4 {
+					t.Errorf("load of %s: %d MiB in %d sandboxes", l.ID, l.ReservedMB, l.Sandboxes)
+				}
+			}
+		})
+	}
+}
+
+func openAt(t testing.TB, loc string) *store.DB {
+	d, err := store.Open(context.Background(), loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// BenchmarkPlacement places MOAT_BENCH_PLACE (default 2000) sandboxes
+// through store.PlaceSandbox on PostgreSQL, 16 at once from two stores
+// (two API servers), with N = 10, 100 and 500 registered nodes, and
+// prints placements per second and the median and p99 of one placement.
+func BenchmarkPlacement(b *testing.B) {
+	pg := pgtest.Start(b)
+	m := 2000
+	for _, n := range []int{10, 100, 500} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			dsn := pg.NewDB(b)
+			dbs := []*store.DB{openAt(b, dsn), openAt(b, dsn)}
+			lease := time.Now().Add(time.Hour)
+			for i := range n {
+				if err := dbs[0].RegisterNode(ctx, store.Node{ID: fmt.Sprintf("n%03d", i), MemoryMB: 1 << 20,
+					Runtimes: []string{"container"}, LeaseUntil: lease}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			p := Placement{}
+			lat := make([]time.Duration, m)
+			next := make(chan int)
+			var wg sync.WaitGroup
+			start := time.Now()
+			for w := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range next {
+						t0 := time.Now()
+						sb := store.Sandbox{ID: fmt.Sprintf("s%06d", i), Team: "t", TemplateID: "base", State: store.StateRunning,
+							MemoryMB: 256, StartedAt: t0}
+						if _, err := dbs[w%2].PlaceSandbox(ctx, sb, func(l []store.NodeLoad) (string, error) {
+							return p.Pick(l, Need{MemoryMB: 256, Runtime: "container"})
+						}); err != nil {
+							b.Error(err)
+							return
+						}
+						lat[i] = time.Since(t0)
+					}
+				}()
+			}
+			for i := range m {
+				next <- i
+			}
+			close(next)
+			wg.Wait()
+			took := time.Since(start)
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			b.ReportMetric(float64(m)/took.Seconds(), "places/s")
+			fmt.Printf("placement N=%-4d M=%d: %6.0f places/s, p50 %s, p99 %s\n", n, m, float64(m)/took.Seconds(),
+				lat[m/2].Round(10*time.Microsecond), lat[m*99/100].Round(10*time.Microsecond))
+		})
+	}
+}
