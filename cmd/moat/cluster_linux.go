@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -9,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/moatsh/moat/internal/app"
+	"github.com/moatsh/moat/internal/cluster/join"
+	"github.com/moatsh/moat/internal/egress/tlsca"
 	"github.com/moatsh/moat/internal/store"
 )
 
@@ -50,6 +55,86 @@ func newClusterCmd() *cobra.Command {
 	}
 	addDataDirFlag(nodes, &dataDir)
 	nodes.Flags().StringVar(&loc, "store", "", "the store: a postgres:// URL, else DATA-DIR/moat.db (env "+app.StoreEnv+")")
-	cmd.AddCommand(nodes)
+	cmd.AddCommand(nodes, newClusterTokenCmd(), newClusterJoinCmd())
+	return cmd
+}
+
+// newClusterTokenCmd is `moat cluster token`: a join token for one node.
+func newClusterTokenCmd() *cobra.Command {
+	var dataDir, loc string
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "Print a join token: one node, once, before it expires, gets its certificate with it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			db, err := store.Open(cmd.Context(), app.StoreLocation(dataDir, loc))
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			tok, err := join.NewToken(cmd.Context(), db, ttl, time.Now())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), tok)
+			if ca, err := os.ReadFile(filepath.Join(app.ClusterCADir(dataDir), tlsca.CertFile)); err == nil {
+				if h, err := join.CAHash(ca); err == nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "on the node: moat cluster join --api URL --token %s --ca-sha256 %s --node-id ID --dir DIR\n", tok, h)
+				}
+			}
+			return nil
+		},
+	}
+	addDataDirFlag(cmd, &dataDir)
+	cmd.Flags().StringVar(&loc, "store", "", "the store: a postgres:// URL, else DATA-DIR/moat.db (env "+app.StoreEnv+")")
+	cmd.Flags().DurationVar(&ttl, "ttl", join.DefaultTokenTTL, "how long the token is valid (at most 7 days)")
+	return cmd
+}
+
+// newClusterJoinCmd is `moat cluster join`: a node gets its certificate.
+func newClusterJoinCmd() *cobra.Command {
+	var apiURL, token, nodeID, dir, caHash string
+	cmd := &cobra.Command{
+		Use:   "join --api URL --token TOKEN --node-id ID --dir DIR",
+		Short: "Get this node's certificate from the cluster CA with a join token",
+		Long: "Make this node's key, send its certificate request with the join token to an API server's\n" +
+			join.Path + ", and write " + join.KeyFile + ", " + join.CertFile + " and " + join.CAFile + " into DIR (the key mode 0600).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if apiURL == "" || token == "" || nodeID == "" || dir == "" {
+				return fmt.Errorf("--api, --token, --node-id and --dir are required")
+			}
+			key, cert, ca, err := join.Ask(cmd.Context(), &http.Client{Timeout: 30 * time.Second}, apiURL, token, nodeID)
+			if err != nil {
+				return err
+			}
+			if caHash != "" {
+				if h, err := join.CAHash(ca); err != nil || !strings.EqualFold(h, caHash) {
+					return fmt.Errorf("join: the API server's cluster CA has SHA-256 %s, not %s: refused (is %s the cluster's?)", h, caHash, apiURL)
+				}
+			}
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			for _, f := range []struct {
+				name string
+				b    []byte
+				mode os.FileMode
+			}{{join.CAFile, ca, 0o644}, {join.CertFile, cert, 0o644}, {join.KeyFile, key, 0o600}} {
+				if err := os.WriteFile(filepath.Join(dir, f.name), f.b, f.mode); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "joined as %s: %s\n", nodeID, dir)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&apiURL, "api", "", "an API server's URL (http://HOST:PORT)")
+	f.StringVar(&token, "token", "", "the join token `moat cluster token` printed")
+	f.StringVar(&nodeID, "node-id", "", "this node's ID (lower-case letters, digits, '.' and '-')")
+	f.StringVar(&dir, "dir", "", "where the node keeps its key and certificates")
+	f.StringVar(&caHash, "ca-sha256", "", "the cluster CA's SHA-256 (moat cluster token prints it): refuse any other CA")
 	return cmd
 }

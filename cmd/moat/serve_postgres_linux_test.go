@@ -62,6 +62,32 @@ func TestServePostgres(t *testing.T) {
 	if err != nil || code != 0 || !strings.Contains(out, "node-a") || !strings.Contains(out, "alive") || !strings.Contains(out, "container") {
 		t.Fatalf("moat cluster nodes: %q (code %d, %v)", out, code, err)
 	}
+	// A node joins through this server with a token (and the CA pinned);
+	// the token does not work twice, and a wrong pin is refused.
+	tok, hint, code, err := runCLI("cluster", "token", "--store", dsn, "--data-dir", dataDir)
+	_, pin, _ := strings.Cut(hint, "--ca-sha256 ")
+	pin, _, _ = strings.Cut(pin, " ")
+	if err != nil || code != 0 || !strings.HasPrefix(tok, "moatjoin_") || len(pin) != 64 {
+		t.Fatalf("moat cluster token: %q %q (code %d, %v)", tok, hint, code, err)
+	}
+	dir := t.TempDir()
+	joinArgs := []string{"cluster", "join", "--api", s.base, "--token", strings.TrimSpace(tok), "--node-id", "node-b", "--dir", dir}
+	if out, _, code, err := runCLI(append(joinArgs, "--ca-sha256", pin)...); err != nil || code != 0 || !strings.Contains(out, "joined as node-b") {
+		t.Fatalf("moat cluster join: %q (code %d, %v)", out, code, err)
+	}
+	for _, f := range []string{"node.key", "node.crt", "ca.crt"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("after the join: %v", err)
+		}
+	}
+	if _, _, _, err := runCLI(joinArgs...); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Fatalf("a second join with the token: %v", err)
+	}
+	tok2, _, _, _ := runCLI("cluster", "token", "--store", dsn, "--data-dir", dataDir)
+	joinArgs[5] = strings.TrimSpace(tok2)
+	if _, _, _, err := runCLI(append(joinArgs, "--ca-sha256", strings.Repeat("0", 64))...); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("a join with the wrong CA pin: %v", err)
+	}
 
 	s.stop()
 	s2 := startServerArgs(t, dataDir, []string{"--store", dsn})

@@ -225,7 +225,11 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	px := proxy.New(proxy.Config{Resolver: resolver{orch}, Domain: cfg.Domain, EnvdPort: cfg.EnvdPort, Logger: log})
 	orch.OnRemove(px.CloseSandbox) // a removed sandbox's streams end at once
-	srv := newHTTPServer(api, px, log)
+	joins, err := joinIssuer(cfg, db)
+	if err != nil {
+		return err
+	}
+	srv := newHTTPServer(withJoin(api, joins), px, log)
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)

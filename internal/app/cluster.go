@@ -3,7 +3,9 @@ package app
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"runtime/debug"
 	"strings"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/cluster"
+	"github.com/moatsh/moat/internal/cluster/join"
+	"github.com/moatsh/moat/internal/egress/tlsca"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/store"
 )
@@ -69,4 +73,31 @@ func version() string {
 		return bi.Main.Version
 	}
 	return "(devel)"
+}
+
+// ClusterCADir is where a server keeps the cluster's CA, which signs the
+// certificates of nodes that join (package cluster/join). Every API
+// server of a cluster needs the same one: copy the directory, as
+// secrets.key.
+func ClusterCADir(dataDir string) string { return filepath.Join(dataDir, "cluster-ca") }
+
+// joinIssuer is the cluster CA's issuer of node certificates for join
+// tokens.
+func joinIssuer(cfg Config, db *store.DB) (*join.Issuer, error) {
+	ca, err := tlsca.Open(ClusterCADir(cfg.DataDir), "cluster")
+	if err != nil {
+		return nil, err
+	}
+	return &join.Issuer{CA: ca, Tokens: db}, nil
+}
+
+// withJoin serves join.Path with is and everything else with api.
+func withJoin(api http.Handler, is *join.Issuer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == join.Path {
+			is.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
 }

@@ -210,3 +210,36 @@ type loadScanner struct {
 func (s loadScanner) Scan(dest ...any) error {
 	return s.rows.Scan(append(dest, &s.l.ReservedMB, &s.l.Sandboxes)...)
 }
+
+// CreateJoinToken stores a join token: its ID, the hex SHA-256 of its
+// secret and when it expires. errdefs.ErrAlreadyExists for a taken ID.
+func (d *DB) CreateJoinToken(ctx context.Context, id, hash string, created, expires time.Time) error {
+	if id == "" || hash == "" || !expires.After(created) {
+		return fmt.Errorf("create join token %q: %w", id, errInvalid)
+	}
+	_, err := d.w.ExecContext(ctx, `INSERT INTO join_tokens (id, hash, created_at, expires_at) VALUES (?, ?, ?, ?)`,
+		id, hash, toUnix(created), toUnix(expires))
+	if isUniqueViolation(err) {
+		return fmt.Errorf("join token %s: %w", id, errAlreadyExists)
+	}
+	if err != nil {
+		return fmt.Errorf("create join token %s: %w", id, err)
+	}
+	return nil
+}
+
+// UseJoinToken marks join token id used by node at now if hash is its
+// secret's, it has not expired and was never used: a token admits one
+// node, once (of two that race, one wins). Any other case is
+// errdefs.ErrPermissionDenied, without saying which.
+func (d *DB) UseJoinToken(ctx context.Context, id, hash, node string, now time.Time) error {
+	res, err := d.w.ExecContext(ctx, `UPDATE join_tokens SET used_at = ?, used_by = ?
+		WHERE id = ? AND hash = ? AND used_at = 0 AND expires_at > ?`, toUnix(now), node, id, hash, toUnix(now))
+	if err != nil {
+		return fmt.Errorf("use join token: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.Publicf(errdefs.ErrPermissionDenied, "the join token is unknown, expired or used")
+	}
+	return nil
+}

@@ -4,7 +4,9 @@
 // minted on demand (short-lived, one name each) and cached until shortly
 // before they expire. Sandboxes that have network.rules trust the CA's
 // certificate (see internal/envd/truststore), which lets the proxy
-// terminate their TLS to the rule domains.
+// terminate their TLS to the rule domains. The cluster's CA is the same
+// kind of CA in another directory (Open with its purpose), which signs the
+// nodes' and API servers' certificates (Peer; package cluster/join).
 package tlsca
 
 import (
@@ -56,12 +58,16 @@ type CA struct {
 // new CA in it when it holds none. A key file that group or others may
 // read is refused, as is a certificate that does not belong to the key or
 // has expired.
-func LoadOrCreate(dir string) (*CA, error) {
+func LoadOrCreate(dir string) (*CA, error) { return Open(dir, "egress") }
+
+// Open is LoadOrCreate for a CA of another purpose ("cluster"), which
+// names it in its certificate and in errors.
+func Open(dir, purpose string) (*CA, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("egress CA: %w", err)
+		return nil, fmt.Errorf("%s CA: %w", purpose, err)
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("egress CA: %w", err)
+		return nil, fmt.Errorf("%s CA: %w", purpose, err)
 	}
 	keyPath, certPath := filepath.Join(dir, KeyFile), filepath.Join(dir, CertFile)
 	_, kerr := os.Stat(keyPath)
@@ -69,20 +75,20 @@ func LoadOrCreate(dir string) (*CA, error) {
 	if errors.Is(kerr, os.ErrNotExist) || errors.Is(cerr, os.ErrNotExist) {
 		// Neither, or a creation that stopped half way: no sandbox can
 		// trust a CA whose files were never both written.
-		if err := create(keyPath, certPath); err != nil {
-			return nil, fmt.Errorf("egress CA: create in %s: %w", dir, err)
+		if err := create(keyPath, certPath, purpose); err != nil {
+			return nil, fmt.Errorf("%s CA: create in %s: %w", purpose, dir, err)
 		}
 	}
 	ca, err := load(keyPath, certPath)
 	if err != nil {
-		return nil, fmt.Errorf("egress CA: %w", err)
+		return nil, fmt.Errorf("%s CA: %w", purpose, err)
 	}
 	return ca, nil
 }
 
 // create writes a new CA key and certificate, each through a temporary
 // file renamed into place, the key last.
-func create(keyPath, certPath string) error {
+func create(keyPath, certPath, purpose string) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -96,7 +102,7 @@ func create(keyPath, certPath string) error {
 	ski := sha256.Sum256(spki)
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{Organization: []string{"Moat"}, CommonName: "Moat egress CA " + shortName(host)},
+		Subject:               pkix.Name{Organization: []string{"Moat"}, CommonName: "Moat " + purpose + " CA " + shortName(host)},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(caLifetime),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
@@ -226,6 +232,27 @@ func (c *CA) Leaf(name string) (*tls.Certificate, error) {
 	}
 	c.leaves[name] = tc
 	return tc, nil
+}
+
+// Peer signs pub into a certificate for name (CommonName and only DNS
+// name) that is valid for lifetime, for both ends of mutual TLS (server
+// and client authentication), and returns it in DER.
+func (c *CA) Peer(pub crypto.PublicKey, name string, lifetime time.Duration) ([]byte, error) {
+	now := c.now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{Organization: []string{"Moat"}, CommonName: name},
+		NotBefore:    now.Add(-5 * time.Minute),
+		NotAfter:     now.Add(lifetime),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{name},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, pub, c.key)
+	if err != nil {
+		return nil, fmt.Errorf("certificate for %s: %w", name, err)
+	}
+	return der, nil
 }
 
 // serial is a random 128-bit serial number.

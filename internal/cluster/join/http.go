@@ -1,0 +1,126 @@
+package join
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/pem"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/errdefs/errhttp"
+)
+
+// Path is where API servers answer joins.
+const Path = "/cluster/join"
+
+// maxBody bounds a join request: a token and a certificate request.
+const maxBody = 16 << 10
+
+// Request and answer of POST Path.
+type (
+	joinRequest struct {
+		Token string `json:"token"`
+		CSR   string `json:"csr"` // PEM
+	}
+	joinAnswer struct {
+		Certificate string `json:"certificate"` // PEM
+		CA          string `json:"ca"`          // PEM
+	}
+)
+
+// ServeHTTP answers POST Path: {"token","csr"} → {"certificate","ca"}; the
+// token is the only credential. Errors are {"code","message"}: 400 for a
+// malformed body, token or request, 403 for a token that is unknown,
+// expired or used, 405 for another method, 413 past 16 KiB.
+func (is *Issuer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		errhttp.Write(w, http.StatusMethodNotAllowed, "use POST")
+		return
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		errhttp.Write(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a join request is at most %d bytes", maxBody))
+		return
+	}
+	var in joinRequest
+	if err == nil {
+		err = json.Unmarshal(b, &in)
+	}
+	if err != nil {
+		errhttp.Write(w, http.StatusBadRequest, "the body must be JSON {\"token\":\"...\",\"csr\":\"<PEM>\"}")
+		return
+	}
+	cert, ca, err := is.Join(r.Context(), in.Token, []byte(in.CSR))
+	if err != nil {
+		errhttp.WriteError(w, err)
+		return
+	}
+	errhttp.WriteJSON(w, http.StatusOK, joinAnswer{Certificate: string(cert), CA: string(ca)})
+}
+
+// Files a node keeps after it joined (in its data dir's cluster/).
+const (
+	KeyFile  = "node.key"
+	CertFile = "node.crt"
+	CAFile   = "ca.crt"
+)
+
+// Ask joins the cluster through the API server at apiURL with token as
+// nodeID: it makes the node's key and request, and returns the key, the
+// signed certificate and the CA's certificate (PEM).
+func Ask(ctx context.Context, hc *http.Client, apiURL, token, nodeID string) (key, cert, ca []byte, err error) {
+	key, csr, err := Request(nodeID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	body, _ := json.Marshal(joinRequest{Token: token, CSR: string(csr)})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(apiURL, "/")+Path, bytes.NewReader(body))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("join: %w", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		var e errhttp.Error
+		_ = json.Unmarshal(b, &e)
+		kind := errdefs.ErrUnavailable
+		switch resp.StatusCode {
+		case http.StatusBadRequest:
+			kind = errdefs.ErrInvalidArgument
+		case http.StatusForbidden:
+			kind = errdefs.ErrPermissionDenied
+		}
+		return nil, nil, nil, fmt.Errorf("join: %s answered %d: %s: %w", apiURL, resp.StatusCode, e.Message, kind)
+	}
+	var out joinAnswer
+	if err := json.Unmarshal(b, &out); err != nil || out.Certificate == "" || out.CA == "" {
+		return nil, nil, nil, fmt.Errorf("join: %s answered an unexpected body", apiURL)
+	}
+	return key, []byte(out.Certificate), []byte(out.CA), nil
+}
+
+// CAHash is the hex SHA-256 of the first certificate in caPEM (its DER):
+// what a node pins with `moat cluster join --ca-sha256`, so that a join
+// over a network it does not trust cannot hand it another CA.
+func CAHash(caPEM []byte) (string, error) {
+	blk, _ := pem.Decode(caPEM)
+	if blk == nil {
+		return "", fmt.Errorf("no PEM certificate")
+	}
+	h := sha256.Sum256(blk.Bytes)
+	return hex.EncodeToString(h[:]), nil
+}
