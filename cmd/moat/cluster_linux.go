@@ -32,31 +32,41 @@ func newClusterCmd() *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			ns, err := db.ListNodes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tADDR\tRUNTIMES\tCPUS\tMEMORY\tSTATE\tLEASE\tSTARTED")
-			now := time.Now()
-			for _, n := range ns {
-				state := "alive"
-				switch {
-				case n.Lost:
-					state = "lost"
-				case n.LeaseUntil.Before(now):
-					state = "expired"
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d MiB\t%s\t%s\t%s\n", n.ID, n.Addr, strings.Join(n.Runtimes, ","), n.CPUs,
-					n.MemoryMB, state, n.LeaseUntil.Sub(now).Round(time.Second), n.StartedAt.Local().Format(time.DateTime))
-			}
-			return w.Flush()
+			return printNodes(cmd, db)
 		},
 	}
-	addDataDirFlag(nodes, &dataDir)
-	nodes.Flags().StringVar(&loc, "store", "", "the store: a postgres:// URL, else DATA-DIR/moat.db (env "+app.StoreEnv+")")
+	addStoreFlags(nodes, &dataDir, &loc)
 	cmd.AddCommand(nodes, newClusterTokenCmd(), newClusterJoinCmd())
 	return cmd
+}
+
+// addStoreFlags registers --data-dir and --store, the store's location.
+func addStoreFlags(cmd *cobra.Command, dataDir, loc *string) {
+	addDataDirFlag(cmd, dataDir)
+	cmd.Flags().StringVar(loc, "store", "", "the store: a postgres:// URL, else DATA-DIR/moat.db (env "+app.StoreEnv+")")
+}
+
+// printNodes lists the node registry as a table.
+func printNodes(cmd *cobra.Command, db *store.DB) error {
+	ns, err := db.ListNodes(cmd.Context())
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tADDR\tRUNTIMES\tCPUS\tMEMORY\tSTATE\tLEASE\tSTARTED")
+	now := time.Now()
+	for _, n := range ns {
+		state := "alive"
+		switch {
+		case n.Lost:
+			state = "lost"
+		case n.LeaseUntil.Before(now):
+			state = "expired"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d MiB\t%s\t%s\t%s\n", n.ID, n.Addr, strings.Join(n.Runtimes, ","), n.CPUs,
+			n.MemoryMB, state, n.LeaseUntil.Sub(now).Round(time.Second), n.StartedAt.Local().Format(time.DateTime))
+	}
+	return w.Flush()
 }
 
 // newClusterTokenCmd is `moat cluster token`: a join token for one node.
@@ -86,8 +96,7 @@ func newClusterTokenCmd() *cobra.Command {
 			return nil
 		},
 	}
-	addDataDirFlag(cmd, &dataDir)
-	cmd.Flags().StringVar(&loc, "store", "", "the store: a postgres:// URL, else DATA-DIR/moat.db (env "+app.StoreEnv+")")
+	addStoreFlags(cmd, &dataDir, &loc)
 	cmd.Flags().DurationVar(&ttl, "ttl", join.DefaultTokenTTL, "how long the token is valid (at most 7 days)")
 	return cmd
 }

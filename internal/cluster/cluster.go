@@ -73,7 +73,12 @@ func (r *Registrar) Register(ctx context.Context) error {
 func (r *Registrar) Run(ctx context.Context) {
 	r.defaults()
 	registered := r.Register(ctx) == nil
-	t := time.NewTicker(r.Every)
+	every(ctx, r.Every, func() { registered = r.tick(ctx, registered) })
+}
+
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -81,7 +86,7 @@ func (r *Registrar) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		registered = r.tick(ctx, registered)
+		f()
 	}
 }
 
@@ -112,18 +117,21 @@ func (r *Registrar) tick(ctx context.Context, registered bool) bool {
 	}
 }
 
-func (r *Registrar) defaults() {
-	if r.Lease <= 0 {
-		r.Lease = DefaultLease
+func (r *Registrar) defaults() { defaults(&r.Lease, &r.Every, &r.Now, &r.Log) }
+
+// defaults fills the timing, clock and log a Registrar or Watcher left zero.
+func defaults(lease, every *time.Duration, now *func() time.Time, log **slog.Logger) {
+	if *lease <= 0 {
+		*lease = DefaultLease
 	}
-	if r.Every <= 0 {
-		r.Every = DefaultRenew
+	if *every <= 0 {
+		*every = DefaultRenew
 	}
-	if r.Now == nil {
-		r.Now = time.Now
+	if *now == nil {
+		*now = time.Now
 	}
-	if r.Log == nil {
-		r.Log = slog.New(slog.DiscardHandler)
+	if *log == nil {
+		*log = slog.New(slog.DiscardHandler)
 	}
 }
 
@@ -144,16 +152,7 @@ type Watcher struct {
 // Run checks every w.Every until ctx ends.
 func (w *Watcher) Run(ctx context.Context) {
 	w.defaults()
-	t := time.NewTicker(w.Every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		w.Check(ctx)
-	}
+	every(ctx, w.Every, func() { w.Check(ctx) })
 }
 
 // Check runs one round and returns the nodes it marked lost. Before the
@@ -188,17 +187,4 @@ func (w *Watcher) Check(ctx context.Context) []string {
 	return lost
 }
 
-func (w *Watcher) defaults() {
-	if w.Lease <= 0 {
-		w.Lease = DefaultLease
-	}
-	if w.Every <= 0 {
-		w.Every = DefaultRenew
-	}
-	if w.Now == nil {
-		w.Now = time.Now
-	}
-	if w.Log == nil {
-		w.Log = slog.New(slog.DiscardHandler)
-	}
-}
+func (w *Watcher) defaults() { defaults(&w.Lease, &w.Every, &w.Now, &w.Log) }

@@ -42,20 +42,10 @@ func (r *Runtime) PauseFilesystem(ctx context.Context, id string) error {
 		return fmt.Errorf("pause sandbox %s: %w", id, err)
 	}
 	start := time.Now()
-	var pt freeze.Times
-	if err := r.release(ctx, id, b, &pt); err != nil {
-		r.log.WarnContext(ctx, "sandbox paused to its files; cleanup incomplete", "sandbox", id, "err", err)
-	}
+	r.releaseQuit(ctx, id, b, &freeze.Times{})
 	if err := os.Remove(filepath.Join(dir, "mem")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		r.log.WarnContext(ctx, "sandbox paused to its files; its memory file stays", "sandbox", id, "err", err)
 	}
-	r.bg.Add(1)
-	go func() {
-		defer r.bg.Done()
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		r.finishTeardown(ctx, id, b)
-	}()
 	b.paused, b.fsPaused = true, true
 	b.handle = &runtime.Handle{ID: id, Runtime: Name, Paused: true}
 	r.log.InfoContext(ctx, "sandbox paused to its files", "sandbox", id, "took", time.Since(start).Round(time.Millisecond))

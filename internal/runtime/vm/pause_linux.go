@@ -92,16 +92,7 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	// which removes everything by name.
 	kept := r.keep(id, b) // kept_linux.go
 	if pt.Quit = pt.Committed; !kept {
-		if err := r.release(ctx, id, b, &pt); err != nil {
-			r.log.WarnContext(ctx, "sandbox paused; cleanup incomplete", "sandbox", id, "err", err)
-		}
-		r.bg.Add(1)
-		go func() {
-			defer r.bg.Done()
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			r.finishTeardown(ctx, id, b)
-		}()
+		r.releaseQuit(ctx, id, b, &pt)
 	}
 	b.paused = true
 	b.pauseWritten = pt.Written
@@ -144,6 +135,22 @@ func (r *Runtime) release(ctx context.Context, id string, b *sandbox, pt *freeze
 	b.undo = cleanup.Stack{} // its undos were for the QEMU that just quit
 	r.pushAll(ctx, id, b)
 	return err
+}
+
+// releaseQuit releases a paused sandbox's QEMU now (release) and the rest
+// in the background (finishTeardown, which waits for b.mu: after the
+// caller's pause returned). b.mu is held.
+func (r *Runtime) releaseQuit(ctx context.Context, id string, b *sandbox, pt *freeze.Times) {
+	if err := r.release(ctx, id, b, pt); err != nil {
+		r.log.WarnContext(ctx, "sandbox paused; cleanup incomplete", "sandbox", id, "err", err)
+	}
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		r.finishTeardown(ctx, id, b)
+	}()
 }
 
 // finishTeardown runs what release left to b.teardown, once; b.mu is held.
