@@ -23,16 +23,14 @@ import (
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/oci/ocireg"
 	"github.com/moatsh/moat/internal/runtime"
-	"github.com/moatsh/moat/internal/runtime/container"
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/template"
 )
 
-// The bench's own names for host objects, so a server's are never touched.
-const (
-	cgroupParent = "/moatbench-tb"
-	stateRoot    = "/run/moat-bench-tb"
-)
+// benchScope names the bench's host objects apart from a server's (its
+// cgroups, OCI state and ID ranges: runtime.Backends.Scope); its network
+// scope is its own too (start).
+const benchScope = runtime.MaxScope - 1
 
 // env is what the rounds share.
 type env struct {
@@ -95,8 +93,9 @@ func (e *env) start(ctx context.Context, scratch string, log *slog.Logger) (stop
 		e.db.Close()
 		return nil, err
 	}
-	rt, err := container.New(ctx, runtime.Config{DataDir: scratch, Logger: log, Backends: runtime.Backends{OCIRuntime: e.cfg.OCIRuntime}},
-		container.WithNetwork(np), container.WithStateRoot(stateRoot), container.WithCgroupParent(cgroupParent))
+	be := runtime.Backends{OCIRuntime: e.cfg.OCIRuntime, Scope: benchScope}
+	// The container backend, registered by its wiring (internal/app).
+	rt, err := runtime.New(ctx, "container", runtime.Config{DataDir: scratch, Logger: log, Network: np, Backends: be})
 	if err != nil {
 		np.Close()
 		e.db.Close()
@@ -106,9 +105,12 @@ func (e *env) start(ctx context.Context, scratch string, log *slog.Logger) (stop
 		if e.m != nil {
 			e.m.Close()
 		}
-		_ = rt.Close()
-		_ = os.RemoveAll(stateRoot)
-		_ = cgroups.RemoveAll(cgroupParent)
+		if c, ok := rt.(io.Closer); ok {
+			_ = c.Close()
+		}
+		_ = np.Close()
+		_ = os.RemoveAll(be.ScopeStateDir())
+		_ = cgroups.RemoveAll(be.ScopeCgroup())
 		e.db.Close()
 	}
 	runner, err := build.NewSandboxRunner(rt, 0, log)

@@ -8,12 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/moatsh/moat/internal/app"
 	"github.com/moatsh/moat/internal/bench"
 	"github.com/moatsh/moat/internal/cli/benchcmd/density"
 	"github.com/moatsh/moat/internal/runtime"
-	"github.com/moatsh/moat/internal/runtime/container"
-	"github.com/moatsh/moat/internal/runtime/vm"
-	"github.com/moatsh/moat/internal/runtime/vm/vmbench"
 	"github.com/moatsh/moat/internal/template"
 	moat "github.com/moatsh/moat/sdk/go"
 )
@@ -60,7 +58,7 @@ func New(sh Shared) *cobra.Command {
 			if start && verbose {
 				serverLogLevel = slog.LevelDebug
 			}
-			if start && startRT == vm.Name {
+			if start && startRT == app.VMRuntime {
 				return benchStartVM(cmd, dataDir, sh.Backends(), tmpl, n)
 			}
 			if start {
@@ -77,7 +75,7 @@ func New(sh Shared) *cobra.Command {
 				cfg.RootfsDir = template.Layout{DataDir: dataDir}.RootfsDir(tmpl)
 				oci := sh.Backends().OCIRuntime
 				cfg.Baseline = func(ctx context.Context, rootfsDir string, args ...string) (time.Duration, error) {
-					return container.BareRun(ctx, oci, rootfsDir, args...)
+					return app.BareRun(ctx, oci, rootfsDir, args...)
 				}
 			}
 			rep, err := bench.Run(cmd.Context(), cfg)
@@ -151,7 +149,7 @@ func benchTTI(cmd *cobra.Command, c *moat.Client, tmpl, mode string, n int, rt s
 // benchJail prints the QEMU jail's cost: medians of microVM create→first
 // command with and without the jail, alternating, and their ratio.
 func benchJail(cmd *cobra.Command, dataDir string, be runtime.Backends, tmpl string, n int) error {
-	jailed, unjailed, err := vmbench.CompareJail(cmd.Context(), vmbench.JailBench{DataDir: dataDir, TemplateID: tmpl,
+	jailed, unjailed, err := app.CompareVMJail(cmd.Context(), app.VMJailBench{DataDir: dataDir, TemplateID: tmpl,
 		RootfsDir: template.Layout{DataDir: dataDir}.RootfsDir(tmpl), N: n, Backends: be})
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)

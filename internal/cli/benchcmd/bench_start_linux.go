@@ -20,7 +20,6 @@ import (
 	"github.com/moatsh/moat/internal/bench"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/runtime"
-	"github.com/moatsh/moat/internal/runtime/container"
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/template"
 	moat "github.com/moatsh/moat/sdk/go"
@@ -108,7 +107,7 @@ func benchUnpooled(ctx context.Context, dataDir string, be runtime.Backends, tmp
 
 // withServer runs f against an unpooled container server with be.
 func withServer(ctx context.Context, dataDir string, be runtime.Backends, f func(c *moat.Client) error) error {
-	c, stop, err := benchServer(ctx, dataDir, container.Name, be, nil)
+	c, stop, err := benchServer(ctx, dataDir, app.ContainerRuntime, be, nil)
 	if err != nil {
 		return err
 	}
@@ -130,7 +129,7 @@ func sequentialCreates(ctx context.Context, c *moat.Client, be runtime.Backends,
 			continue
 		}
 		out.add(d)
-		bare, err := container.BareRun(ctx, be.OCIRuntime, rootfs, "/bin/true")
+		bare, err := app.BareRun(ctx, be.OCIRuntime, rootfs, "/bin/true")
 		if err != nil {
 			return fmt.Errorf("bare run %d: %w", i, err)
 		}
@@ -155,7 +154,7 @@ func concurrentRounds(ctx context.Context, c *moat.Client, tmpl string, rep *sta
 // benchPooled measures on a server with a pool of startConcurrent members,
 // each measurement starting with a full pool (no refill running).
 func benchPooled(ctx context.Context, dataDir string, be runtime.Backends, tmpl string, n int, rep *startReport) error {
-	c, stop, err := benchServer(ctx, dataDir, container.Name, be, []orchestrator.PoolSpec{{Template: tmpl, Size: startConcurrent}})
+	c, stop, err := benchServer(ctx, dataDir, app.ContainerRuntime, be, []orchestrator.PoolSpec{{Template: tmpl, Size: startConcurrent}})
 	if err != nil {
 		return err
 	}

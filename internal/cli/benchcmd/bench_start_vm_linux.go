@@ -8,11 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/moatsh/moat/internal/app"
 	"github.com/moatsh/moat/internal/bench"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/runtime"
-	"github.com/moatsh/moat/internal/runtime/vm"
-	"github.com/moatsh/moat/internal/runtime/vm/vmbench"
 	"github.com/moatsh/moat/internal/template"
 )
 
@@ -35,7 +34,7 @@ const vmPoolSize = 2
 // rounds of each kind.
 func benchStartVM(cmd *cobra.Command, dataDir string, be runtime.Backends, tmpl string, n int) error {
 	ctx, began := cmd.Context(), time.Now()
-	floors, err := vmbench.MeasureStart(ctx, vmbench.StartBench{DataDir: dataDir, TemplateID: tmpl,
+	floors, err := app.MeasureVMStart(ctx, app.VMStartBench{DataDir: dataDir, TemplateID: tmpl,
 		RootfsDir: template.Layout{DataDir: dataDir}.RootfsDir(tmpl), N: max(n/2, 1), Backends: be})
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -68,7 +67,7 @@ func benchStartVM(cmd *cobra.Command, dataDir string, be runtime.Backends, tmpl 
 // runtime with pools, after one untimed create (it may take the template
 // snapshot); with a pool, each create waits for the pool to be full.
 func vmCreates(ctx context.Context, dataDir string, be runtime.Backends, tmpl string, n int, pools []orchestrator.PoolSpec, out *startSeries) error {
-	c, stop, err := benchServer(ctx, dataDir, vm.Name, be, pools)
+	c, stop, err := benchServer(ctx, dataDir, app.VMRuntime, be, pools)
 	if err != nil {
 		return err
 	}
@@ -91,7 +90,7 @@ func vmCreates(ctx context.Context, dataDir string, be runtime.Backends, tmpl st
 }
 
 // printStartVM writes the vm report with the issue's targets beside it.
-func printStartVM(w io.Writer, tmpl string, f *vmbench.StartFloors, unpooled, pooled startSeries, bare *startSeries) {
+func printStartVM(w io.Writer, tmpl string, f *app.VMStartFloors, unpooled, pooled startSeries, bare *startSeries) {
 	fmt.Fprintf(w, "microVM runtime (TCG unless KVM works), template %s: create→first command through the REST API and envd\n", tmpl)
 	fmt.Fprintf(w, "(Go SDK CreateSandbox, then Run(\"true\") = /process.Process/Start of `bash -l -c true` via the proxy)\n")
 	line := func(name string, s []time.Duration, note string) {
