@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/moatsh/moat/api/rest"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/store"
 )
@@ -44,8 +43,10 @@ func badRule(format string, args ...any) error {
 // ${e2b.secrets.NAME}; ${e2b.identity.tokens.NAME} (workload identity) is
 // refused as unsupported, any other ${e2b.…} as malformed. A domain given
 // twice (in two letter cases) and a header given twice in one transform
-// are refused too: which one applies would be left to chance.
-func ParseRules(in map[string][]rest.SandboxNetworkRule) ([]Rule, []string, error) {
+// are refused too: which one applies would be left to chance. in holds
+// each domain's rules as the headers their transform sets (nil: a rule
+// without one); the server converts the API's types at its edge.
+func ParseRules(in map[string][]map[string]string) ([]Rule, []string, error) {
 	if len(in) > MaxRuleDomains {
 		return nil, nil, badRule("%d domains: the limit is %d", len(in), MaxRuleDomains)
 	}
@@ -64,13 +65,13 @@ func ParseRules(in map[string][]rest.SandboxNetworkRule) ([]Rule, []string, erro
 		if len(rules) > MaxRulesPerDomain {
 			return nil, nil, badRule("domain %q has %d rules: the limit is %d", domain, len(rules), MaxRulesPerDomain)
 		}
-		for _, r := range rules {
+		for _, headers := range rules {
 			rule := Rule{Domain: d, Headers: map[string]string{}}
-			if r.Transform != nil && r.Transform.Headers != nil {
-				if err := checkHeaders(domain, r.Transform.Headers, names); err != nil {
+			if headers != nil {
+				if err := checkHeaders(domain, headers, names); err != nil {
 					return nil, nil, err
 				}
-				for k, v := range r.Transform.Headers {
+				for k, v := range headers {
 					ck := http.CanonicalHeaderKey(k)
 					if _, dup := rule.Headers[ck]; dup {
 						return nil, nil, badRule("domain %q sets header %q twice (names are case-insensitive)", domain, ck)

@@ -5,51 +5,50 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moatsh/moat/api/rest"
 	"github.com/moatsh/moat/internal/errdefs"
 )
 
-func headerRule(h map[string]string) []rest.SandboxNetworkRule {
-	return []rest.SandboxNetworkRule{{Transform: &rest.SandboxNetworkTransform{Headers: h}}}
+func headerRule(h map[string]string) []map[string]string {
+	return []map[string]string{h}
 }
 
 func TestParseRules(t *testing.T) {
 	tests := []struct {
 		name  string
-		in    map[string][]rest.SandboxNetworkRule
+		in    map[string][]map[string]string
 		names []string
 		err   string
 	}{
-		{"one secret", map[string][]rest.SandboxNetworkRule{
+		{"one secret", map[string][]map[string]string{
 			"api.example.com": headerRule(map[string]string{"Authorization": "Bearer ${e2b.secrets.OpenAI}"})},
 			[]string{"openai"}, ""},
-		{"wildcard, two secrets, literal header", map[string][]rest.SandboxNetworkRule{
+		{"wildcard, two secrets, literal header", map[string][]map[string]string{
 			"*.Example.com": headerRule(map[string]string{"X-A": "${e2b.secrets.a}:${e2b.secrets.b}", "X-Plain": "x ${notours}"}),
 			"other.org":     {{}}},
 			[]string{"a", "b"}, ""},
-		{"empty rule list", map[string][]rest.SandboxNetworkRule{"a.b": nil}, []string{}, ""},
-		{"bad domain", map[string][]rest.SandboxNetworkRule{"exa mple.com": nil}, nil, "invalid domain"},
-		{"inner wildcard", map[string][]rest.SandboxNetworkRule{"a.*.com": nil}, nil, "invalid domain"},
-		{"bare wildcard", map[string][]rest.SandboxNetworkRule{"*": nil}, nil, "invalid domain"},
-		{"url", map[string][]rest.SandboxNetworkRule{"https://a.com/": nil}, nil, "invalid domain"},
-		{"bad header name", map[string][]rest.SandboxNetworkRule{"a.com": headerRule(map[string]string{"X A": "v"})}, nil,
+		{"empty rule list", map[string][]map[string]string{"a.b": nil}, []string{}, ""},
+		{"bad domain", map[string][]map[string]string{"exa mple.com": nil}, nil, "invalid domain"},
+		{"inner wildcard", map[string][]map[string]string{"a.*.com": nil}, nil, "invalid domain"},
+		{"bare wildcard", map[string][]map[string]string{"*": nil}, nil, "invalid domain"},
+		{"url", map[string][]map[string]string{"https://a.com/": nil}, nil, "invalid domain"},
+		{"bad header name", map[string][]map[string]string{"a.com": headerRule(map[string]string{"X A": "v"})}, nil,
 			"invalid header name"},
-		{"host header", map[string][]rest.SandboxNetworkRule{"a.com": headerRule(map[string]string{"host": "v"})}, nil,
+		{"host header", map[string][]map[string]string{"a.com": headerRule(map[string]string{"host": "v"})}, nil,
 			"cannot be set"},
-		{"CRLF", map[string][]rest.SandboxNetworkRule{"a.com": headerRule(map[string]string{"X": "a\r\nB: c"})}, nil,
+		{"CRLF", map[string][]map[string]string{"a.com": headerRule(map[string]string{"X": "a\r\nB: c"})}, nil,
 			"CR, LF"},
-		{"bad secret name", map[string][]rest.SandboxNetworkRule{"a.com": headerRule(map[string]string{"X": "${e2b.secrets.a b}"})},
+		{"bad secret name", map[string][]map[string]string{"a.com": headerRule(map[string]string{"X": "${e2b.secrets.a b}"})},
 			nil, "invalid secret name"},
-		{"identity token", map[string][]rest.SandboxNetworkRule{
+		{"identity token", map[string][]map[string]string{
 			"a.com": headerRule(map[string]string{"X": "${e2b.identity.tokens.aws}"})}, nil, "not supported"},
-		{"unknown placeholder", map[string][]rest.SandboxNetworkRule{
+		{"unknown placeholder", map[string][]map[string]string{
 			"a.com": headerRule(map[string]string{"X": "${e2b.env.HOME}"})}, nil, "unknown placeholder"},
-		{"unterminated", map[string][]rest.SandboxNetworkRule{
+		{"unterminated", map[string][]map[string]string{
 			"a.com": headerRule(map[string]string{"X": "${e2b.secrets.a} ${e2b.secrets.b"})}, nil, "unterminated"},
-		{"domain twice", map[string][]rest.SandboxNetworkRule{"a.com": nil, "A.com": nil}, nil, "are the same"},
-		{"header twice", map[string][]rest.SandboxNetworkRule{
+		{"domain twice", map[string][]map[string]string{"a.com": nil, "A.com": nil}, nil, "are the same"},
+		{"header twice", map[string][]map[string]string{
 			"a.com": headerRule(map[string]string{"x-a": "1", "X-A": "2"})}, nil, "twice"},
-		{"oversize value", map[string][]rest.SandboxNetworkRule{
+		{"oversize value", map[string][]map[string]string{
 			"a.com": headerRule(map[string]string{"X": strings.Repeat("v", MaxHeaderValueSize+1)})}, nil, "limit"},
 	}
 	for _, tt := range tests {

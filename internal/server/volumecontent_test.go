@@ -47,9 +47,21 @@ func TestVolumeContent(t *testing.T) {
 		Size             int64
 		Mode, UID, GID   uint32
 	}
-	ok(h.content("PUT", base+"/file?path=/a/b/hello.txt", tok, strings.NewReader("hi there")), 201).json(t, &e)
+	w := ok(h.content("PUT", base+"/file?path=/a/b/hello.txt", tok, strings.NewReader("hi there")), 201)
+	w.json(t, &e)
 	if e.Path != "/a/b/hello.txt" || e.Type != "file" || e.Size != 8 || e.UID != 1000 {
 		t.Fatalf("write: %+v", e)
+	}
+	// The wire names are the API's (VolumeEntryStat), exactly.
+	var raw map[string]any
+	w.json(t, &raw)
+	for _, k := range []string{"name", "path", "type", "size", "mode", "uid", "gid", "atime", "mtime", "ctime"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("write answer %s has no %q", w.body, k)
+		}
+	}
+	if len(raw) != 10 {
+		t.Errorf("write answer %s: want exactly the 10 fields of VolumeEntryStat (target only for symlinks)", w.body)
 	}
 	if got := ok(h.content("GET", base+"/file?path=a/b/hello.txt", tok, nil), 200).body; string(got) != "hi there" {
 		t.Fatalf("read %q", got)

@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/moatsh/moat/api/rest"
 	"github.com/moatsh/moat/internal/errdefs"
 )
 
@@ -95,37 +94,37 @@ func (o Owner) apply(f *os.File) error {
 	return nil
 }
 
-func (v *FS) mkdir(comps []string, mode uint32, own Owner) (rest.VolumeEntryStat, error) {
+func (v *FS) mkdir(comps []string, mode uint32, own Owner) (Entry, error) {
 	d, name, err := v.parent(comps, false, own)
 	if err != nil {
-		return rest.VolumeEntryStat{}, err
+		return Entry{}, err
 	}
 	defer d.Close()
 	if err := unix.Mkdirat(int(d.Fd()), name, mode); err != nil {
-		return rest.VolumeEntryStat{}, pathErr(comps, err)
+		return Entry{}, pathErr(comps, err)
 	}
 	f, err := v.openAt(comps, unix.O_DIRECTORY|unix.O_RDONLY, 0)
 	if err != nil {
-		return rest.VolumeEntryStat{}, err
+		return Entry{}, err
 	}
 	defer f.Close()
 	if err := own.apply(f); err != nil {
-		return rest.VolumeEntryStat{}, err
+		return Entry{}, err
 	}
 	return statFd(f, comps)
 }
 
 // MakeDir creates directory p; with force, missing parents too and an
 // existing directory is no error (mkdir -p).
-func (v *FS) MakeDir(p string, force bool, own Owner) (rest.VolumeEntryStat, error) {
+func (v *FS) MakeDir(p string, force bool, own Owner) (Entry, error) {
 	comps, err := Clean(p)
 	if err != nil {
-		return rest.VolumeEntryStat{}, err
+		return Entry{}, err
 	}
 	if force {
 		d, _, err := v.parent(comps, true, own)
 		if err != nil {
-			return rest.VolumeEntryStat{}, err
+			return Entry{}, err
 		}
 		d.Close()
 	}
@@ -137,17 +136,17 @@ func (v *FS) MakeDir(p string, force bool, own Owner) (rest.VolumeEntryStat, err
 }
 
 // Stat describes p without following it (a symlink is reported as one).
-func (v *FS) Stat(p string) (rest.VolumeEntryStat, error) {
+func (v *FS) Stat(p string) (Entry, error) {
 	comps, err := Clean(p)
 	if err != nil {
-		return rest.VolumeEntryStat{}, err
+		return Entry{}, err
 	}
 	if len(comps) == 0 {
 		return statFd(v.root, nil)
 	}
 	d, name, err := v.parent(comps, false, Owner{})
 	if err != nil {
-		return rest.VolumeEntryStat{}, err
+		return Entry{}, err
 	}
 	defer d.Close()
 	return statAt(d, name, comps)
@@ -173,53 +172,53 @@ func (v *FS) ReadFile(p string) (*os.File, int64, error) {
 
 // WriteFile creates or replaces file p (and its missing parents) with r's
 // bytes. A full volume is errdefs.ErrNoSpace.
-func (v *FS) WriteFile(p string, r io.Reader, own Owner) (rest.VolumeEntryStat, error) {
+func (v *FS) WriteFile(p string, r io.Reader, own Owner) (Entry, error) {
 	comps, err := Clean(p)
 	if err != nil {
-		return rest.VolumeEntryStat{}, err
+		return Entry{}, err
 	}
 	d, _, err := v.parent(comps, true, Owner{UID: own.UID, GID: own.GID})
 	if err != nil {
-		return rest.VolumeEntryStat{}, err
+		return Entry{}, err
 	}
 	d.Close()
 	f, err := v.openAt(comps, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o644)
 	if err != nil {
-		return rest.VolumeEntryStat{}, err
+		return Entry{}, err
 	}
 	defer f.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return rest.VolumeEntryStat{}, errdefs.Publicf(errdefs.ErrInvalidArgument, "path %q is not a regular file", display(comps))
+		return Entry{}, errdefs.Publicf(errdefs.ErrInvalidArgument, "path %q is not a regular file", display(comps))
 	}
 	if err := own.apply(f); err != nil {
-		return rest.VolumeEntryStat{}, err
+		return Entry{}, err
 	}
 	if _, err := io.Copy(f, r); err != nil {
-		return rest.VolumeEntryStat{}, pathErr(comps, err)
+		return Entry{}, pathErr(comps, err)
 	}
 	if err := f.Sync(); err != nil {
-		return rest.VolumeEntryStat{}, pathErr(comps, err)
+		return Entry{}, pathErr(comps, err)
 	}
 	return statFd(f, comps)
 }
 
 // SetMeta changes p's owner and mode (not following a symlink).
-func (v *FS) SetMeta(p string, own Owner) (rest.VolumeEntryStat, error) {
+func (v *FS) SetMeta(p string, own Owner) (Entry, error) {
 	comps, err := Clean(p)
 	if err != nil {
-		return rest.VolumeEntryStat{}, err
+		return Entry{}, err
 	}
 	f, err := v.openAt(comps, unix.O_PATH|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return rest.VolumeEntryStat{}, err
+		return Entry{}, err
 	}
 	defer f.Close()
-	if e, err := statFd(f, comps); err != nil || e.Type == rest.Symlink {
+	if e, err := statFd(f, comps); err != nil || e.Type == TypeSymlink {
 		if err == nil {
 			err = pathErr(comps, unix.ELOOP)
 		}
-		return rest.VolumeEntryStat{}, err
+		return Entry{}, err
 	}
 	// O_PATH fds take neither fchown nor fchmod: go through /proc's
 	// magic link of this very fd, which cannot be swapped under us.
@@ -233,12 +232,12 @@ func (v *FS) SetMeta(p string, own Owner) (rest.VolumeEntryStat, error) {
 			gid = int(*own.GID)
 		}
 		if err := unix.Fchownat(unix.AT_FDCWD, proc, uid, gid, 0); err != nil {
-			return rest.VolumeEntryStat{}, pathErr(comps, err)
+			return Entry{}, pathErr(comps, err)
 		}
 	}
 	if own.Mode != nil {
 		if err := unix.Fchmodat(unix.AT_FDCWD, proc, *own.Mode&0o7777, 0); err != nil {
-			return rest.VolumeEntryStat{}, pathErr(comps, err)
+			return Entry{}, pathErr(comps, err)
 		}
 	}
 	return statFd(f, comps)
@@ -250,16 +249,16 @@ const MaxListEntries = 100_000
 
 // List returns the entries of directory p, recursing depth levels (1: its
 // own entries only).
-func (v *FS) List(p string, depth int) ([]rest.VolumeEntryStat, error) {
+func (v *FS) List(p string, depth int) ([]Entry, error) {
 	comps, err := Clean(p)
 	if err != nil {
 		return nil, err
 	}
-	out := []rest.VolumeEntryStat{}
+	out := []Entry{}
 	return out, v.list(comps, depth, &out)
 }
 
-func (v *FS) list(comps []string, depth int, out *[]rest.VolumeEntryStat) error {
+func (v *FS) list(comps []string, depth int, out *[]Entry) error {
 	d, err := v.openAt(comps, unix.O_DIRECTORY|unix.O_RDONLY, 0)
 	if err != nil {
 		return err
@@ -280,7 +279,7 @@ func (v *FS) list(comps []string, depth int, out *[]rest.VolumeEntryStat) error 
 				"listing %q has more than %d entries: list with a smaller depth", display(comps), MaxListEntries)
 		}
 		*out = append(*out, e)
-		if depth > 1 && e.Type == rest.Directory {
+		if depth > 1 && e.Type == TypeDirectory {
 			if err := v.list(child, depth-1, out); err != nil {
 				return err
 			}
@@ -330,47 +329,46 @@ func removeAt(d *os.File, name string, comps []string) error {
 	return pathErr(comps, unix.Unlinkat(int(d.Fd()), name, unix.AT_REMOVEDIR))
 }
 
-func statAt(d *os.File, name string, comps []string) (rest.VolumeEntryStat, error) {
+func statAt(d *os.File, name string, comps []string) (Entry, error) {
 	var st unix.Stat_t
 	if err := unix.Fstatat(int(d.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return rest.VolumeEntryStat{}, pathErr(comps, err)
+		return Entry{}, pathErr(comps, err)
 	}
 	e := entry(&st, comps)
-	if e.Type == rest.Symlink {
+	if e.Type == TypeSymlink {
 		buf := make([]byte, 4096)
 		if n, err := unix.Readlinkat(int(d.Fd()), name, buf); err == nil {
-			t := string(buf[:n])
-			e.Target = &t
+			e.Target = string(buf[:n])
 		}
 	}
 	return e, nil
 }
 
-func statFd(f *os.File, comps []string) (rest.VolumeEntryStat, error) {
+func statFd(f *os.File, comps []string) (Entry, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return rest.VolumeEntryStat{}, pathErr(comps, err)
+		return Entry{}, pathErr(comps, err)
 	}
 	return entry(&st, comps), nil
 }
 
-func entry(st *unix.Stat_t, comps []string) rest.VolumeEntryStat {
-	typ := rest.Unknown
+func entry(st *unix.Stat_t, comps []string) Entry {
+	typ := TypeUnknown
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
-		typ = rest.File
+		typ = TypeFile
 	case unix.S_IFDIR:
-		typ = rest.Directory
+		typ = TypeDirectory
 	case unix.S_IFLNK:
-		typ = rest.Symlink
+		typ = TypeSymlink
 	}
 	name := "/"
 	if len(comps) > 0 {
 		name = comps[len(comps)-1]
 	}
 	ts := func(t unix.Timespec) time.Time { return time.Unix(t.Sec, t.Nsec).UTC() }
-	return rest.VolumeEntryStat{Name: name, Path: display(comps), Type: typ, Size: st.Size,
-		Mode: st.Mode & 0o7777, Uid: st.Uid, Gid: st.Gid, Atime: ts(st.Atim), Mtime: ts(st.Mtim), Ctime: ts(st.Ctim)}
+	return Entry{Name: name, Path: display(comps), Type: typ, Size: st.Size,
+		Mode: st.Mode & 0o7777, UID: st.Uid, GID: st.Gid, Atime: ts(st.Atim), Mtime: ts(st.Mtim), Ctime: ts(st.Ctim)}
 }
 
 // pathErr maps a syscall error on comps to an API error (nil stays nil).

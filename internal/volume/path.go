@@ -2,6 +2,7 @@ package volume
 
 import (
 	"strings"
+	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
 )
@@ -40,3 +41,30 @@ func Clean(p string) ([]string, error) {
 
 // display is the canonical form of components: "/a/b", "/" for the root.
 func display(comps []string) string { return "/" + strings.Join(comps, "/") }
+
+// Entry is a file's metadata in a volume; the server turns it into the
+// REST API's VolumeEntryStat.
+type Entry struct {
+	Name   string // the last path component ("/" for the root)
+	Path   string // from the volume's root, with a leading "/"
+	Type   EntryType
+	Size   int64
+	Mode   uint32 // permission bits, setuid, setgid and sticky
+	UID    uint32
+	GID    uint32
+	Atime  time.Time
+	Mtime  time.Time
+	Ctime  time.Time
+	Target string // a symlink's target ("" otherwise)
+}
+
+// EntryType is what an Entry is.
+type EntryType string
+
+// The entry types (the REST API's names).
+const (
+	TypeFile      EntryType = "file"
+	TypeDirectory EntryType = "directory"
+	TypeSymlink   EntryType = "symlink"
+	TypeUnknown   EntryType = "unknown"
+)

@@ -150,7 +150,7 @@ func (a *API) CheckRules(ctx context.Context, team string, rules map[string][]re
 	if len(rules) == 0 {
 		return nil, nil
 	}
-	parsed, names, err := secrets.ParseRules(rules)
+	parsed, names, err := secrets.ParseRules(ruleHeaders(rules))
 	if err != nil {
 		return nil, err
 	}
@@ -184,6 +184,24 @@ func RulesOut(rules []store.NetworkRule) map[string][]rest.SandboxNetworkRule {
 			rule.Transform = &rest.SandboxNetworkTransform{Headers: r.Headers}
 		}
 		out[r.Domain] = append(out[r.Domain], rule)
+	}
+	return out
+}
+
+// ruleHeaders is network.rules as secrets.ParseRules reads them: each
+// domain's rules as the headers their transform sets (nil without one).
+func ruleHeaders(rules map[string][]rest.SandboxNetworkRule) map[string][]map[string]string {
+	out := make(map[string][]map[string]string, len(rules))
+	for domain, rs := range rules {
+		hs := make([]map[string]string, 0, len(rs))
+		for _, r := range rs {
+			var h map[string]string
+			if r.Transform != nil {
+				h = r.Transform.Headers
+			}
+			hs = append(hs, h)
+		}
+		out[domain] = hs
 	}
 	return out
 }

@@ -129,7 +129,7 @@ func (a *API) answer(w http.ResponseWriter, r *http.Request, status int, v any, 
 
 func (a *API) statPath(w http.ResponseWriter, r *http.Request, fs *volume.FS, p string) {
 	e, err := fs.Stat(p)
-	a.answer(w, r, http.StatusOK, e, err)
+	a.answer(w, r, http.StatusOK, entryJSON(e), err)
 }
 
 func (a *API) removePath(w http.ResponseWriter, r *http.Request, fs *volume.FS, p string) {
@@ -147,7 +147,7 @@ func (a *API) patchPath(w http.ResponseWriter, r *http.Request, fs *volume.FS, p
 		return
 	}
 	e, err := fs.SetMeta(p, volume.Owner{UID: body.Uid, GID: body.Gid, Mode: body.Mode})
-	a.answer(w, r, http.StatusOK, e, err)
+	a.answer(w, r, http.StatusOK, entryJSON(e), err)
 }
 
 func (a *API) listDir(w http.ResponseWriter, r *http.Request, fs *volume.FS, p string) {
@@ -161,7 +161,11 @@ func (a *API) listDir(w http.ResponseWriter, r *http.Request, fs *volume.FS, p s
 		depth = n
 	}
 	es, err := fs.List(p, depth)
-	a.answer(w, r, http.StatusOK, es, err)
+	out := make([]rest.VolumeEntryStat, len(es))
+	for i, e := range es {
+		out[i] = entryJSON(e)
+	}
+	a.answer(w, r, http.StatusOK, out, err)
 }
 
 func (a *API) makeDir(w http.ResponseWriter, r *http.Request, fs *volume.FS, p string) {
@@ -171,7 +175,7 @@ func (a *API) makeDir(w http.ResponseWriter, r *http.Request, fs *volume.FS, p s
 		return
 	}
 	e, err := fs.MakeDir(p, r.URL.Query().Get("force") == "true", o)
-	a.answer(w, r, http.StatusCreated, e, err)
+	a.answer(w, r, http.StatusCreated, entryJSON(e), err)
 }
 
 func (a *API) readFile(w http.ResponseWriter, r *http.Request, fs *volume.FS, p string) {
@@ -194,5 +198,16 @@ func (a *API) writeFile(w http.ResponseWriter, r *http.Request, fs *volume.FS, p
 		return
 	}
 	e, err := fs.WriteFile(p, r.Body, o)
-	a.answer(w, r, http.StatusCreated, e, err)
+	a.answer(w, r, http.StatusCreated, entryJSON(e), err)
+}
+
+// entryJSON is e as the REST API's VolumeEntryStat.
+func entryJSON(e volume.Entry) rest.VolumeEntryStat {
+	out := rest.VolumeEntryStat{Name: e.Name, Path: e.Path, Type: rest.VolumeEntryStatType(e.Type), Size: e.Size,
+		Mode: e.Mode, Uid: e.UID, Gid: e.GID, Atime: e.Atime, Mtime: e.Mtime, Ctime: e.Ctime}
+	if e.Target != "" {
+		t := e.Target
+		out.Target = &t
+	}
+	return out
 }
