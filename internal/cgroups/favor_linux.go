@@ -1,11 +1,9 @@
 package cgroups
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 
@@ -33,14 +31,12 @@ import (
 // with favordynmods; changed is false when it was on already or there is
 // no cgroup2 mount.
 func favorDynMods(mountinfoPath string) (changed bool, err error) {
-	f, err := os.Open(mountinfoPath)
+	es, err := mountinfo.Read(mountinfoPath)
 	if err != nil {
 		return false, fmt.Errorf("cgroup favordynmods: %w", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		r, ok := parseCgroup2(sc.Text())
+	for _, e := range es {
+		r, ok := cgroup2Remount(e)
 		if !ok {
 			continue
 		}
@@ -52,7 +48,7 @@ func favorDynMods(mountinfoPath string) (changed bool, err error) {
 		}
 		return true, nil
 	}
-	return false, sc.Err()
+	return false, nil
 }
 
 // remount is how to remount a cgroup2 mount with favordynmods.
@@ -70,24 +66,29 @@ var mountFlags = map[string]uintptr{
 }
 
 // parseCgroup2 reads one /proc/self/mountinfo line; ok is false unless it
-// is a cgroup2 mount. cgroup2's reconfigure sets every root flag from the
-// options it is given (nsdelegate, memory_recursiveprot, ... left out are
-// switched off), so the superblock options are all passed again.
+// is a cgroup2 mount.
 func parseCgroup2(line string) (remount, bool) {
-	pre, post, found := strings.Cut(line, " - ")
-	if !found {
+	e, ok := mountinfo.ParseLine(line)
+	if !ok {
 		return remount{}, false
 	}
-	fields, tail := strings.Fields(pre), strings.Fields(post)
-	if len(fields) < 6 || len(tail) < 3 || tail[0] != "cgroup2" {
+	return cgroup2Remount(e)
+}
+
+// cgroup2Remount is how to remount e with favordynmods; ok is false unless
+// it is a cgroup2 mount. cgroup2's reconfigure sets every root flag from
+// the options it is given (nsdelegate, memory_recursiveprot, ... left out
+// are switched off), so the superblock options are all passed again.
+func cgroup2Remount(e mountinfo.Entry) (remount, bool) {
+	if e.FSType != "cgroup2" {
 		return remount{}, false
 	}
-	r := remount{target: mountinfo.Unescape(fields[4])}
-	for _, o := range strings.Split(fields[5], ",") {
+	r := remount{target: e.MountPoint}
+	for _, o := range e.Options {
 		r.flags |= mountFlags[o]
 	}
 	var data []string
-	for _, o := range strings.Split(tail[2], ",") {
+	for _, o := range e.SuperOptions {
 		switch o {
 		case "rw", "ro", "":
 		case "favordynmods":

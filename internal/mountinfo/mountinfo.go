@@ -7,26 +7,85 @@ package mountinfo
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 )
 
-// Points lists the mount points of this mount namespace, unescaped, in
-// mount order.
-func Points() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+// Entry is one line of a mountinfo table (proc(5)), its paths unescaped.
+type Entry struct {
+	Dev          string // major:minor of the mounted filesystem
+	Root         string // the directory of that filesystem the mount shows
+	MountPoint   string
+	Options      []string // per-mount options (rw, nosuid, ...)
+	FSType       string
+	Source       string
+	SuperOptions []string // the superblock's options (overlay's lowerdir=..., ...)
+}
+
+// Path is this process's mount table.
+const Path = "/proc/self/mountinfo"
+
+// Read parses the mountinfo table at path (Path for this process's); a
+// table that cannot be read is an error, so that no caller decides on a
+// removal without it.
+func Read(path string) ([]Entry, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read mounts: %w", err)
 	}
 	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
+	return Parse(f)
+}
+
+// Parse reads a mountinfo table; malformed lines are skipped.
+func Parse(r io.Reader) ([]Entry, error) {
+	var out []Entry
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20) // overlay options can be long
 	for sc.Scan() {
-		if fields := strings.Fields(sc.Text()); len(fields) > 4 {
-			out = append(out, Unescape(fields[4]))
+		if e, ok := ParseLine(sc.Text()); ok {
+			out = append(out, e)
 		}
 	}
-	return out, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read mounts: %w", err)
+	}
+	return out, nil
+}
+
+// ParseLine parses one mountinfo line:
+//
+//	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
+func ParseLine(line string) (Entry, bool) {
+	pre, post, ok := strings.Cut(line, " - ")
+	if !ok {
+		return Entry{}, false
+	}
+	f, tail := strings.Fields(pre), strings.Fields(post)
+	if len(f) < 6 || len(tail) < 2 {
+		return Entry{}, false
+	}
+	e := Entry{Dev: f[2], Root: Unescape(f[3]), MountPoint: Unescape(f[4]), Options: strings.Split(f[5], ","),
+		FSType: tail[0], Source: Unescape(tail[1])}
+	if len(tail) > 2 {
+		e.SuperOptions = strings.Split(tail[2], ",")
+	}
+	return e, true
+}
+
+// Points lists the mount points of this mount namespace, unescaped, in
+// mount order.
+func Points() ([]string, error) {
+	es, err := Read(Path)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.MountPoint
+	}
+	return out, nil
 }
 
 // Unescape undoes the octal escapes (\040 for space, ...) of a mountinfo

@@ -1,10 +1,8 @@
 package rootfs
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -84,15 +82,14 @@ func mountsUnder(dir string) ([]string, error) {
 // has the tree as its root (the container runtime's idmapped view of a
 // template, wherever the tree has moved since).
 func InUseAsLowerdir(dir string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	es, err := mountinfo.Read(mountinfo.Path)
 	if err != nil {
-		return false, fmt.Errorf("read mounts: %w", err)
+		return false, err
 	}
-	defer f.Close()
-	if ok, err := hasLowerdir(f, dir); ok || err != nil {
-		return ok, err
+	if hasLowerdir(es, dir) {
+		return true, nil
 	}
-	return IsMountRoot(dir)
+	return isMountRoot(es, dir)
 }
 
 // IsMountRoot reports whether a mount other than one on dir itself (a
@@ -100,6 +97,14 @@ func InUseAsLowerdir(dir string) (bool, error) {
 // point on dir's filesystem whose root has dir's inode. It follows the
 // tree, not its path, so it finds mounts of a tree renamed since.
 func IsMountRoot(dir string) (bool, error) {
+	es, err := mountinfo.Read(mountinfo.Path)
+	if err != nil {
+		return false, err
+	}
+	return isMountRoot(es, dir)
+}
+
+func isMountRoot(es []mountinfo.Entry, dir string) (bool, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
 		if errors.Is(err, unix.ENOENT) {
@@ -107,50 +112,39 @@ func IsMountRoot(dir string) (bool, error) {
 		}
 		return false, fmt.Errorf("stat %s: %w", dir, err)
 	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, fmt.Errorf("read mounts: %w", err)
-	}
-	defer f.Close()
 	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 || fields[2] != dev {
+	for _, e := range es {
+		if e.Dev != dev || e.MountPoint == dir {
 			continue
 		}
-		mp := mountinfo.Unescape(fields[4])
 		var m unix.Stat_t
-		if mp != dir && unix.Stat(mp, &m) == nil && m.Dev == st.Dev && m.Ino == st.Ino {
+		if unix.Stat(e.MountPoint, &m) == nil && m.Dev == st.Dev && m.Ino == st.Ino {
 			return true, nil
 		}
 	}
-	return false, sc.Err()
+	return false, nil
 }
 
-// hasLowerdir scans a mountinfo table for an overlay with lower layer dir.
-func hasLowerdir(r io.Reader, dir string) (bool, error) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		// ... - overlay overlay rw,lowerdir=/a:/b,upperdir=...
-		_, after, ok := strings.Cut(sc.Text(), " - ")
-		fields := strings.Fields(after)
-		if !ok || len(fields) < 3 || fields[0] != "overlay" {
+// hasLowerdir reports whether an overlay of es has lower layer dir
+// ("... - overlay overlay rw,lowerdir=/a:/b,upperdir=...").
+func hasLowerdir(es []mountinfo.Entry, dir string) bool {
+	for _, e := range es {
+		if e.FSType != "overlay" {
 			continue
 		}
-		for opt := range strings.SplitSeq(fields[2], ",") {
+		for _, opt := range e.SuperOptions {
 			lower, ok := strings.CutPrefix(opt, "lowerdir=")
 			if !ok {
 				continue
 			}
 			for l := range strings.SplitSeq(lower, ":") {
 				if filepath.Clean(mountinfo.Unescape(l)) == dir {
-					return true, nil
+					return true
 				}
 			}
 		}
 	}
-	return false, sc.Err()
+	return false
 }
 
 // LockFile takes an exclusive flock on path and returns its release.

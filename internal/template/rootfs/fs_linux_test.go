@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moatsh/moat/internal/mountinfo"
 	"github.com/moatsh/moat/internal/testkit"
 )
 
@@ -27,8 +28,8 @@ func TestHasLowerdir(t *testing.T) {
 		{"/", false},
 	}
 	for _, tt := range tests {
-		got, err := hasLowerdir(strings.NewReader(table), tt.dir)
-		if err != nil || got != tt.want {
+		es, err := mountinfo.Parse(strings.NewReader(table))
+		if got := hasLowerdir(es, tt.dir); err != nil || got != tt.want {
 			t.Errorf("hasLowerdir(%s) = %v, %v, want %v", tt.dir, got, err, tt.want)
 		}
 	}
