@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -249,4 +251,31 @@ func proxied(t *testing.T, front string, port int, method, path string) (int, []
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	return res.StatusCode, b
+}
+
+// TestNoRawStatuses: the server's handlers answer errors through their
+// kinds (s.fail, errhttp.WriteError), so one table decides every status;
+// only the transport's own statuses, which no kind has (405, 413), are
+// written directly.
+func TestNoRawStatuses(t *testing.T) {
+	raw := regexp.MustCompile(`errhttp\.Write\(\w+, http\.Status(\w+)`)
+	allowed := map[string]bool{"MethodNotAllowed": true, "RequestEntityTooLarge": true}
+	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range raw.FindAllStringSubmatch(string(b), -1) {
+			if !allowed[m[1]] {
+				t.Errorf("%s writes Status%s directly: return an error kind (errdefs) instead", p, m[1])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -40,7 +39,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32
 		return
 	}
 	if body.TemplateID == "" {
-		errhttp.Write(w, http.StatusBadRequest, "templateID is required")
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalidArgument, "templateID is required"))
 		return
 	}
 	timeout := defTimeout
@@ -51,12 +50,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32
 	autoResume := false
 	if ar := body.AutoResume; ar != nil {
 		if !hasField(fields["autoResume"], "enabled") {
-			errhttp.Write(w, http.StatusBadRequest, "autoResume.enabled is required")
+			s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalidArgument, "autoResume.enabled is required"))
 			return
 		}
 		autoResume = ar.Enabled
 		if autoResume && !autoPause {
-			errhttp.Write(w, http.StatusBadRequest, "autoResume needs autoPause: true")
+			s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalidArgument, "autoResume needs autoPause: true"))
 			return
 		}
 	}
@@ -64,7 +63,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, defTimeout int32
 	// such a pause is never resumed by traffic.
 	autoPauseFS := autoPause && body.AutoPauseMemory != nil && !*body.AutoPauseMemory
 	if autoPauseFS && autoResume {
-		errhttp.Write(w, http.StatusBadRequest, "autoResume cannot be combined with autoPauseMemory: false (a filesystem-only pause is resumed only with connect)")
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalidArgument, "autoResume cannot be combined with autoPauseMemory: false (a filesystem-only pause is resumed only with connect)"))
 		return
 	}
 	for _, f := range []struct {
@@ -137,7 +136,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	if !present(fields["timeout"]) {
-		errhttp.Write(w, http.StatusBadRequest, "timeout is required")
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalidArgument, "timeout is required"))
 		return
 	}
 	if err := s.orch.SetTimeout(r.Context(), team(r), id, seconds(body.Timeout)); err != nil {
@@ -158,7 +157,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, id string) {
 		d = *body.Duration
 	}
 	if d < 0 || d > maxRefreshSeconds {
-		errhttp.Write(w, http.StatusBadRequest, fmt.Sprintf("duration must be between 0 and %d", maxRefreshSeconds))
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalidArgument, "duration must be between 0 and %d", maxRefreshSeconds))
 		return
 	}
 	if err := s.orch.Refresh(r.Context(), team(r), id, seconds(int32(d))); err != nil {
@@ -227,7 +226,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, id string, requ
 	if present(fields["timeout"]) {
 		timeout = body.Timeout
 	} else if required {
-		errhttp.Write(w, http.StatusBadRequest, "timeout is required")
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalidArgument, "timeout is required"))
 		return
 	}
 	sb, resumed, err := s.orch.Connect(r.Context(), team(r), id, seconds(timeout))

@@ -71,7 +71,7 @@ func (s *Server) templateTags(w http.ResponseWriter, r *http.Request, id string)
 func (s *Server) withBuilds(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.templates == nil || s.builds.Manager == nil {
-			errhttp.Write(w, http.StatusNotImplemented, "template builds are not enabled on this server")
+			s.fail(w, r, errdefs.Publicf(errdefs.ErrNotImplemented, "template builds are not enabled on this server"))
 			return
 		}
 		h(w, r)
@@ -85,7 +85,7 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	if s.templates == nil {
-		errhttp.Write(w, http.StatusNotImplemented, "template builds are not enabled on this server")
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrNotImplemented, "template builds are not enabled on this server"))
 		return true
 	}
 	s.templates.ServeUpload(w, r)
@@ -111,7 +111,7 @@ func (s *Server) templateAliasOrTags(w http.ResponseWriter, r *http.Request) {
 	case b == "tags":
 		s.templateTags(w, r, a)
 	default:
-		errhttp.Write(w, http.StatusNotFound, "not found")
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrNotFound, "not found"))
 	}
 }
 

@@ -38,8 +38,8 @@ func (a *API) contentRoutes() *http.ServeMux {
 	m.HandleFunc("POST /volumecontent/{volumeID}/dir", a.volumeContent(a.makeDir))
 	m.HandleFunc("GET /volumecontent/{volumeID}/file", a.volumeContent(a.readFile))
 	m.HandleFunc("PUT /volumecontent/{volumeID}/file", a.volumeContent(a.writeFile))
-	m.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-		errhttp.Write(w, http.StatusNotFound, "route not found")
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		a.d.Fail(w, r, errdefs.Publicf(errdefs.ErrNotFound, "route not found"))
 	})
 	return m
 }
