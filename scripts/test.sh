@@ -224,6 +224,8 @@ if [ "$tier" = full ]; then
     go test ./internal/cluster/ -run '^$' -bench BenchmarkPlacement -benchtime=1x -count=1 -timeout 10m
   bench "benchmark: the interpreter's round trip and the microVM accelerator choice" \
     go test ./test/interpreter/ ./internal/runtime/vm/ -run '^$' -bench 'BenchmarkLatency|BenchmarkAccelAuto' -benchtime=1x -count=1 -timeout 20m
+  bench "fuzz: every Go fuzz target for 10 s, the NFS server's RPC decoder for 60 s (scripts/fuzz.sh)" \
+    scripts/fuzz.sh
   bench "density: 200 containers and 50 microVMs (256 MiB), memory per idle sandbox, no leftovers (moat bench --density)" \
     bin/moat bench --density --data-dir "$MOAT_DATA_DIR"
 else
