@@ -77,15 +77,16 @@ func (d *Disks) Mount(ctx context.Context, img, target string, mib int, step fun
 		return fmt.Errorf("disk image: %w", err)
 	}
 	step("disk_copy")
-	err = loopMount(img, target, "ext4", unix.MS_NOSUID|unix.MS_NODEV)
+	err = LoopMount(img, target, "ext4", unix.MS_NOSUID|unix.MS_NODEV)
 	step("disk_mount")
 	return err
 }
 
-// loopMount attaches img to a free loop device that detaches itself once
-// unmounted (LO_FLAGS_AUTOCLEAR) and mounts it on target. Direct I/O keeps
-// the data out of the page cache twice when the host filesystem allows it.
-func loopMount(img, target, fstype string, flags uintptr) error {
+// LoopMount attaches img to a free loop device that detaches itself once
+// unmounted (LO_FLAGS_AUTOCLEAR) and mounts it on target (sandbox disks
+// here, volume images in internal/volume). Direct I/O keeps the data out
+// of the page cache twice when the host filesystem allows it.
+func LoopMount(img, target, fstype string, flags uintptr) error {
 	f, err := os.OpenFile(img, os.O_RDWR, 0)
 	if err != nil {
 		return fmt.Errorf("loop mount: %w", err)

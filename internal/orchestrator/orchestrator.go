@@ -80,6 +80,9 @@ type Config struct {
 	Events func(ctx context.Context, ev events.Event)
 }
 
+// VolumeMount is a volume a create mounts (see sandboxspec.AddVolumes).
+type VolumeMount = sandboxspec.VolumeMount
+
 // CreateRequest is a validated create call.
 type CreateRequest struct {
 	Team          string // the caller's team: owns the sandbox (required)
@@ -445,3 +448,11 @@ func (o *Orchestrator) Reserved() admission.Need {
 	n.DiskMiB += m.DiskMiB
 	return n
 }
+
+// OnRemove registers fn, called with the ID of every sandbox that leaves
+// the routing table (killed through the API, timed out, or found dead),
+// after Lookup stops finding it (under the sandbox's op lock, without
+// the table's lock: fn must not call back into this sandbox). The proxy
+// closes its connections to the sandbox there: a killed microVM or gVisor
+// sandbox never resets them. Call it before serving.
+func (o *Orchestrator) OnRemove(fn func(id string)) { o.live.OnRemove(fn) }
