@@ -12,6 +12,18 @@
 // so snapshots, pauses and resumes are untouched, and after a resume the
 // guest's client simply reconnects.
 //
+// Why Moat's own: the Go NFS servers there are (github.com/willscott/go-nfs,
+// built on a billy filesystem, and the NFS pieces of larger projects) run
+// every call as the server's own user on paths they join themselves, keep
+// file handles in memory (a restart makes every handle stale, which a
+// paused guest sees as lost files), and follow symlinks on the server.
+// A volume shared by untrusted guests needs the opposite on each point:
+// per-call credentials applied by the host kernel (setfsuid on a locked
+// thread), the kernel's own handles, stable across restarts, and openat2
+// containment that never follows a link (package export); the protocol
+// part is small next to those, and its decoder is fuzzed (FuzzCall, also
+// for a minute in the full test tier).
+//
 // What it serves is what a Linux client with "vers=3,nolock,noacl" and
 // explicit ports uses: MOUNT MNT/UMNT/EXPORT and every NFSv3 procedure.
 // No portmapper, NLM (locks are the guest's own, nolock), NFSACL or
