@@ -12,11 +12,11 @@
 // so snapshots, pauses and resumes are untouched, and after a resume the
 // guest's client simply reconnects.
 //
-// Why Moat's own: the Go NFS servers there are (github.com/willscott/go-nfs,
-// built on a billy filesystem, and the NFS pieces of larger projects) run
-// every call as the server's own user on paths they join themselves, keep
-// file handles in memory (a restart makes every handle stale, which a
-// paused guest sees as lost files), and follow symlinks on the server.
+// Why Moat's own: the Go NFS server we looked at (github.com/willscott/go-nfs,
+// on a billy filesystem) serves calls as the server's own user through
+// paths it joins, and its handle cache lives in memory (a restart makes
+// every handle stale, which a paused guest sees as lost files); intermediate
+// symlinks are then resolved by the host.
 // A volume shared by untrusted guests needs the opposite on each point:
 // per-call credentials applied by the host kernel (setfsuid on a locked
 // thread), the kernel's own handles, stable across restarts, and openat2
