@@ -27,12 +27,7 @@ func newClusterCmd() *cobra.Command {
 		Short: "List the registered nodes, their lease and whether they are lost",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := store.Open(cmd.Context(), app.StoreLocation(dataDir, loc))
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			return printNodes(cmd, db)
+			return withStore(cmd, dataDir, loc, func(db *store.DB) error { return printNodes(cmd, db) })
 		},
 	}
 	addStoreFlags(nodes, &dataDir, &loc)
@@ -44,6 +39,16 @@ func newClusterCmd() *cobra.Command {
 func addStoreFlags(cmd *cobra.Command, dataDir, loc *string) {
 	addDataDirFlag(cmd, dataDir)
 	cmd.Flags().StringVar(loc, "store", "", "the store: a postgres:// URL, else DATA-DIR/moat.db (env "+app.StoreEnv+")")
+}
+
+// withStore runs f on the store of --data-dir and --store.
+func withStore(cmd *cobra.Command, dataDir, loc string, f func(*store.DB) error) error {
+	db, err := store.Open(cmd.Context(), app.StoreLocation(dataDir, loc))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return f(db)
 }
 
 // printNodes lists the node registry as a table.
@@ -78,12 +83,11 @@ func newClusterTokenCmd() *cobra.Command {
 		Short: "Print a join token: one node, once, before it expires, gets its certificate with it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := store.Open(cmd.Context(), app.StoreLocation(dataDir, loc))
-			if err != nil {
+			var tok string
+			err := withStore(cmd, dataDir, loc, func(db *store.DB) (err error) {
+				tok, err = join.NewToken(cmd.Context(), db, ttl, time.Now())
 				return err
-			}
-			defer db.Close()
-			tok, err := join.NewToken(cmd.Context(), db, ttl, time.Now())
+			})
 			if err != nil {
 				return err
 			}
