@@ -14,6 +14,7 @@ import (
 	"github.com/moatsh/moat/internal/runtime/vm/freeze"
 	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
 	"github.com/moatsh/moat/internal/runtime/vm/launch"
+	"github.com/moatsh/moat/internal/runtime/vm/memfile"
 	"github.com/moatsh/moat/internal/runtime/vm/snapshot"
 	"github.com/moatsh/moat/internal/runtime/vm/volserver"
 )
@@ -43,6 +44,11 @@ func (r *Runtime) PauseFilesystem(ctx context.Context, id string) error {
 	}
 	start := time.Now()
 	r.releaseQuit(ctx, id, b, &freeze.Times{})
+	// QEMU wrote its disk to the host's page cache (cache=unsafe): make it
+	// durable, as a pause with memory does, so a host crash keeps it.
+	if err := memfile.SyncFiles(filepath.Join(dir, "disk.qcow2")); err != nil {
+		r.log.WarnContext(ctx, "sandbox paused to its files; its disk is not synced", "sandbox", id, "err", err)
+	}
 	if err := os.Remove(filepath.Join(dir, "mem")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		r.log.WarnContext(ctx, "sandbox paused to its files; its memory file stays", "sandbox", id, "err", err)
 	}
