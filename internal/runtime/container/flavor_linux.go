@@ -3,12 +3,10 @@ package container
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/moatsh/moat/internal/idmap"
-	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/runtime/container/oci"
 )
@@ -25,20 +23,9 @@ type flavor struct {
 
 var containerFlavor = flavor{name: Name, subdir: "sandboxes"}
 
-// SandboxSubdirs are every backend's sandbox directories under a data
-// directory. Host ID ranges (package idmap) are allocated from one space
-// across all of them, so backends in one process never share a range.
-var SandboxSubdirs = []string{"sandboxes", filepath.Join("gvisor", "sandboxes"), filepath.Join("vm", "sandboxes")}
-
 // allocator allocates from f's directory, counting the others' ranges as taken.
-func (f flavor) allocator(dataDir string, firstSlot uint32) *idmap.Allocator {
-	var also []string
-	for _, d := range SandboxSubdirs {
-		if d != f.subdir {
-			also = append(also, filepath.Join(dataDir, d))
-		}
-	}
-	return idmap.NewAllocator(filepath.Join(dataDir, f.subdir), also...).FromSlot(firstSlot)
+func (f flavor) allocator(dataDir string, b runtime.Backends) *idmap.Allocator {
+	return runtime.IDAllocator(dataDir, f.subdir, b)
 }
 
 // pick chooses the OCI binary.
@@ -63,13 +50,4 @@ func (f flavor) spec(s *specs.Spec) *specs.Spec {
 		runscSpec(s)
 	}
 	return s
-}
-
-// Network returns the server's network manager (cfg.Network), or makes
-// one for a backend that runs alone.
-func Network(cfg runtime.Config, log *slog.Logger) (*netpolicy.Manager, error) {
-	if cfg.Network != nil {
-		return cfg.Network, nil
-	}
-	return netpolicy.New(log, netpolicy.WithTestScope(cfg.Backends.Scope))
 }

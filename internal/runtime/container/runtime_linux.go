@@ -130,7 +130,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	// The vm runtime allocates from the same ID space under
 	// <DataDir>/vm/sandboxes: its ranges count as taken (and both lock
 	// both directories while allocating).
-	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o, ids: o.flavor.allocator(cfg.DataDir, cfg.Backends.ScopeFirstSlot()), disks: hostfs.NewDisks(cfg.DataDir)}
+	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o, ids: o.flavor.allocator(cfg.DataDir, cfg.Backends), disks: hostfs.NewDisks(cfg.DataDir)}
 	probeRoot := o.stateRoot
 	if probeRoot == "" {
 		probeRoot = "/run/moat"
@@ -148,7 +148,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	r.ownNet = o.net != nil || cfg.Network == nil
 	r.slots = slots.New(log, o.prelaunch, slotKeys, slotDelay, r.Kill)
 	if r.net == nil {
-		if r.net, err = Network(cfg, log); err != nil {
+		if r.net, err = runtime.Network(cfg, log); err != nil {
 			return nil, fmt.Errorf("container runtime: %w", err)
 		}
 	}

@@ -131,7 +131,7 @@ func hostLeaks(dataDir, id string) []string {
 			}
 		}
 	}
-	for _, d := range container.SandboxSubdirs {
+	for _, d := range runtime.SandboxDirs {
 		if _, err := os.Stat(filepath.Join(dataDir, d, id)); err == nil {
 			out = append(out, "dir: "+filepath.Join(dataDir, d, id))
 		}

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 
 	"github.com/moatsh/moat/internal/runtime"
-	"github.com/moatsh/moat/internal/runtime/container"
 )
 
 var _ runtime.BuildRuntimer = (*Runtime)(nil)
@@ -21,8 +20,11 @@ var _ runtime.BuildRuntimer = (*Runtime)(nil)
 // not recovered by it (its Recover would tear down this runtime's
 // networks); the microVM runtime's own Recover removes their networks.
 func (r *Runtime) BuildRuntime(ctx context.Context) (runtime.Runtime, error) {
-	rt, err := container.New(ctx, runtime.Config{DataDir: filepath.Dir(r.dir), Logger: r.log.With("for", "template builds"),
-		Network: r.net}, container.WithOCIRuntime(r.o.oci))
+	be := r.backends
+	be.OCIRuntime = r.o.oci
+	// The container backend, registered by the server's wiring (internal/app).
+	rt, err := runtime.New(ctx, "container", runtime.Config{DataDir: filepath.Dir(r.dir), Logger: r.log.With("for", "template builds"),
+		Network: r.net, Backends: be})
 	if err != nil {
 		return nil, fmt.Errorf("vm runtime: build sandboxes: %w", err)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/qmp"
 	"github.com/moatsh/moat/internal/runtime"
-	"github.com/moatsh/moat/internal/runtime/container"
 	"github.com/moatsh/moat/internal/runtime/slots"
 	"github.com/moatsh/moat/internal/runtime/vm/guestenvd"
 	"github.com/moatsh/moat/internal/runtime/vm/kept"
@@ -108,6 +107,7 @@ type Runtime struct {
 	log      *slog.Logger
 	dir      string // <DataDir>/vm
 	o        options
+	backends runtime.Backends // the server's settings, for the build runtime (build_linux.go)
 	net      *netpolicy.Manager
 	tscKHz   int
 	ids      *idmap.Allocator  // each QEMU's host IDs, recorded in its sandbox dir
@@ -189,7 +189,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 		}
 	}
 	cgroups.TuneHost(ctx, log)
-	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, tscKHz: qemu.HostTSCkHz(),
+	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, backends: cfg.Backends, tscKHz: qemu.HostTSCkHz(),
 		launcher: &launch.Launcher{QEMU: o.qemu, NoJail: o.noJail}}
 	r.spares = memfile.NewSpares(log, r.dir, o.spares)
 	r.slots = slots.New(log, o.prelaunch, slotKeys, slotDelay, r.Kill)
@@ -198,8 +198,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	// The container runtime allocates from the same ID space under
 	// <DataDir>/sandboxes: its ranges count as taken (and both lock both
 	// directories while allocating).
-	r.ids = idmap.NewAllocator(filepath.Join(r.dir, "sandboxes"), filepath.Join(cfg.DataDir, "sandboxes"),
-		filepath.Join(cfg.DataDir, "gvisor", "sandboxes")).FromSlot(cfg.Backends.ScopeFirstSlot())
+	r.ids = runtime.IDAllocator(cfg.DataDir, filepath.Join("vm", "sandboxes"), cfg.Backends)
 	for _, d := range []string{"kernel", "templates", "sandboxes", "snapshots"} {
 		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("vm runtime: %w", err)
@@ -207,7 +206,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	}
 	r.net = o.net
 	if r.net == nil {
-		if r.net, err = container.Network(cfg, log); err != nil {
+		if r.net, err = runtime.Network(cfg, log); err != nil {
 			return nil, fmt.Errorf("vm runtime: %w", err)
 		}
 	}
