@@ -190,8 +190,9 @@ bench() {
 # Smoke runs of the benchmarks: one round each, asserting what they measure
 # (the full tier prints the medians). Guest memory surviving pause/resume is
 # a test of its own (go test ./internal/runtime/vm).
-# The template build smoke's build sandboxes have a network scope, OCI
-# root and cgroup parent of their own (package buildbench): with two e2e
+# The template build smoke's build sandboxes have a network scope and a
+# server scope (8: OCI root, cgroup parent, ID ranges) of their own
+# (package buildbench): with two e2e
 # lanes it runs at the head of the second, beside the microVM suites.
 rts=" ${MOAT_E2E_RUNTIMES:-container vm gvisor} "
 two_lanes=
