@@ -388,7 +388,7 @@ leaks="$(
   {
     for d in "$MOAT_DATA_DIR" "$lane2"; do
       for rt in runc crun runsc; do
-        for root in "/run/moat/$rt" /run/moat/s1/container /run/moat/s1/gvisor; do
+        for root in "/run/moat/$rt" /run/moat/s[0-9]/container /run/moat/s[0-9]/gvisor; do
           [ -d "$root" ] && "$rt" --root "$root" list 2>/dev/null | grep -E "$d/(gvisor/)?sandboxes/"
         done
       done
@@ -403,7 +403,7 @@ leaks="$(
     pgrep -af 'qemu-system.* -name moat-'
     pgrep -af '(crun|runc|runsc) .*(moat-seccomp-|/run/moat/)'
     pgrep -af '^moat-nfsd '
-    find /sys/fs/cgroup -mindepth 2 -maxdepth 3 -type d \( -path '*/moat/*' -o -path '*/moat-s1/*' \) 2>/dev/null
+    find /sys/fs/cgroup -mindepth 2 -maxdepth 3 -type d \( -path '*/moat/*' -o -path '*/moat-s[0-9]/*' \) 2>/dev/null
   } || true
 )"
 if [ -n "$leaks" ]; then
