@@ -73,3 +73,23 @@ func FuzzParseLine(f *testing.F) {
 		}
 	})
 }
+
+// TestPointsMatchesRead: the fast field reader finds what the full parser does.
+func TestPointsMatchesRead(t *testing.T) {
+	ps, err := Points()
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := Read(Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != len(es) {
+		t.Fatalf("%d points, %d entries", len(ps), len(es))
+	}
+	for i := range es {
+		if ps[i] != es[i].MountPoint {
+			t.Fatalf("point %d: %q, entry %q", i, ps[i], es[i].MountPoint)
+		}
+	}
+}
