@@ -13,10 +13,14 @@ import (
 // (routable again, their network policy re-applied), the others are
 // forgotten, and the runtime removes leftovers of sandboxes nobody knows.
 func (o *Orchestrator) Recover(ctx context.Context) error {
-	return recovery.Run(ctx, recovery.Deps{Store: o.db, Runtime: o.rt, Enabled: o.rts.Names(), Log: o.log,
+	return recovery.Run(ctx, recovery.Deps{Store: o.db, Runtime: o.rt, Enabled: o.rts.Names(), Log: o.log, Node: o.cfg.NodeID,
 		Runs: func(name string) bool {
 			_, err := o.rts.Named(name)
 			return err == nil
+		},
+		Alive: func(node string) bool {
+			n, err := o.db.GetNode(ctx, node)
+			return err == nil && !n.Lost && n.LeaseUntil.After(o.clock.Now())
 		},
 		Foreign: o.live.SetForeign,
 		Adopt: func(ctx context.Context, sb store.Sandbox, addr netip.Addr) {

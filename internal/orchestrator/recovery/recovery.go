@@ -38,10 +38,17 @@ type Deps struct {
 	Foreign func(map[string]store.Sandbox)
 	// Adopt makes a recovered sandbox, recorded already, live at addr.
 	Adopt func(ctx context.Context, sb store.Sandbox, addr netip.Addr)
+	// Node is this server's node ID. Rows of another node that is alive
+	// (Alive) are not this host's to reconcile and are left as they are;
+	// rows without a node (written before the registry) or of a node that
+	// is not alive (this host under an earlier name, a lost node) are
+	// reconciled here and claimed when adopted.
+	Node  string
+	Alive func(node string) bool // nil: no other node is alive
 	Log   *slog.Logger
 }
 
-// Run reconciles the store with the runtimes.
+// Run reconciles this node's rows of the store with the runtimes.
 //
 // Live sandboxes of a runtime this server does not run (a vm sandbox left
 // by an earlier server with --runtime vm) are left alone: their rows stay,
@@ -55,6 +62,13 @@ func Run(ctx context.Context, d Deps) error {
 	byID := map[string]store.Sandbox{}
 	foreign := map[string]store.Sandbox{}
 	var ids []string
+	mine := rows[:0]
+	for _, sb := range rows {
+		if sb.NodeID == "" || sb.NodeID == d.Node || d.Alive == nil || !d.Alive(sb.NodeID) {
+			mine = append(mine, sb)
+		}
+	}
+	rows = mine
 	for _, sb := range rows {
 		if !sb.State.Valid() {
 			continue
@@ -94,6 +108,7 @@ func Run(ctx context.Context, d Deps) error {
 		if h.Addr.IsValid() {
 			sb.Addr = h.Addr.String()
 		}
+		sb.NodeID = d.Node
 		if err := d.Store.UpdateSandbox(ctx, sb); err != nil {
 			return fmt.Errorf("recover %s: %w", sb.ID, err)
 		}
