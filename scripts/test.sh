@@ -340,8 +340,9 @@ if [ -n "$two_lanes" ]; then
   [ ! -d "$MOAT_DATA_DIR/cache" ] || cp -al "$MOAT_DATA_DIR/cache" "$lane2/cache" || die "hard links of the build cache in $lane2"
   cp -p "$MOAT_DATA_DIR/moat.db" "$lane2/moat.db" || die "copy of moat.db"
   [ ! -f "$MOAT_DATA_DIR/secrets.key" ] || cp -p "$MOAT_DATA_DIR/secrets.key" "$lane2/" || die "copy of secrets.key"
-  # The templates' rows name their rootfs by absolute path.
-  sqlite3 "$lane2/moat.db" "UPDATE templates SET rootfs_dir = '$lane2' || substr(rootfs_dir, length('$MOAT_DATA_DIR') + 1) WHERE rootfs_dir LIKE '$MOAT_DATA_DIR/%'" ||
+  # The templates' rows name their rootfs by absolute path. Sandboxes and
+  # nodes are the first lane's (a server leaves another node's rows alone).
+  sqlite3 "$lane2/moat.db" "UPDATE templates SET rootfs_dir = '$lane2' || substr(rootfs_dir, length('$MOAT_DATA_DIR') + 1) WHERE rootfs_dir LIKE '$MOAT_DATA_DIR/%'; DELETE FROM sandboxes; DELETE FROM nodes" ||
     die "rewrite the template paths in $lane2/moat.db"
   (
     export MOAT_DATA_DIR="$lane2" MOAT_E2E_DATA_DIR="$lane2" MOAT_E2E_SCOPE=1

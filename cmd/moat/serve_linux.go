@@ -53,7 +53,8 @@ func newServeCmd() *cobra.Command {
 			"else the SQLite file DATA-DIR/moat.db (env "+app.StoreEnv+"; the other commands read it too)")
 	f.StringVar(&cfg.NodeID, "node-id", envOr("", "MOAT_NODE_ID"),
 		"this server's ID in the store's node registry, which `moat cluster nodes` lists "+
-			"(env MOAT_NODE_ID; default: the host name, with -s<scope> for a scoped server)")
+			"(env MOAT_NODE_ID; default: the ID in DATA-DIR/node-id, written at the first start from the host name, "+
+			"with -s<scope> for a scoped server); a server reconciles only its own node's sandboxes, so keep it stable")
 	f.StringVar(&cfg.Runtime, "runtime", envOr("", "MOAT_RUNTIME"),
 		"sandbox runtimes, comma-separated, run side by side: container (crun or runc), gvisor (runsc), "+
 			"vm (QEMU microVMs). The first is the default; a create runs on the runtime its metadata "+

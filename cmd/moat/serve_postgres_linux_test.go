@@ -90,7 +90,7 @@ func TestServePostgres(t *testing.T) {
 	}
 
 	s.stop()
-	s2 := startServerArgs(t, dataDir, []string{"--store", dsn})
+	s2 := startServerArgs(t, dataDir, []string{"--store", dsn, "--node-id", "node-a"})
 	s2.key = s.key // printed once, when the database had none
 	got, err := s2.client().GetSandbox(ctx, sb.ID)
 	if err != nil {

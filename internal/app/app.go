@@ -78,8 +78,8 @@ type Config struct {
 	// top of the system pool ("" = the system pool only).
 	EgressUpstreamCA string
 	// NodeID is this server's ID in the store's node registry (package
-	// cluster; default: the host name, "-s<scope>" added for a scoped
-	// server).
+	// cluster; default: the one in DATA-DIR/node-id, written at the first
+	// start from the host name, "-s<scope>" added for a scoped server).
 	NodeID string
 	// WebhookAllow are networks webhook deliveries may reach although they
 	// are not public (loopback, private, this host's addresses: refused
@@ -174,7 +174,10 @@ func Serve(ctx context.Context, cfg Config) error {
 	defer closeRuntimes()
 	log.Info("using runtime", "runtime", rts[0].Name(), "enabled", cfg.Runtime, "available", runtime.Names())
 	hooks := webhook.New(webhook.Config{Store: db, Logger: log, Allow: cfg.WebhookAllow})
-	stopCluster, err := startCluster(ctx, cfg, db, rts) // cluster.go
+	if cfg.NodeID, err = nodeID(cfg); err != nil { // cluster.go
+		return err
+	}
+	stopCluster, err := startCluster(ctx, cfg, db, rts)
 	if err != nil {
 		return err
 	}
@@ -324,7 +327,7 @@ func newOrchestrator(cfg Config, db *store.DB, rts []runtime.Runtime, egressCA [
 	adm.Room = capacity.Room
 	orch, err := orchestrator.New(orchestrator.Config{Store: db, Runtimes: rts, Logger: cfg.Logger,
 		MaxTimeout: cfg.MaxTimeout, EnvdPort: cfg.EnvdPort, Admission: admission.New(adm), Pools: cfg.Pools, EgressCA: egressCA,
-		Events: onEvent, NodeID: nodeID(cfg)})
+		Events: onEvent, NodeID: cfg.NodeID})
 	if err != nil {
 		return nil, err
 	}

@@ -19,12 +19,21 @@ import (
 	"github.com/moatsh/moat/internal/store"
 )
 
-// nodeID is the ID this server registers under: cfg.NodeID, else the host
-// name (with "-s<scope>" for a scoped server, so that several on one host
-// stay apart).
-func nodeID(cfg Config) string {
+// NodeIDFile holds a data dir's node ID: written at the first start from
+// the host name (with "-s<scope>" for a scoped server), so that a later
+// change of the host name does not make the host another node whose
+// sandboxes it would not reconcile.
+const NodeIDFile = "node-id"
+
+// nodeID is the ID this server registers under: cfg.NodeID, else the one
+// in the data dir (NodeIDFile), made now if there is none.
+func nodeID(cfg Config) (string, error) {
 	if cfg.NodeID != "" {
-		return cfg.NodeID
+		return cfg.NodeID, nil
+	}
+	path := filepath.Join(cfg.DataDir, NodeIDFile)
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) != "" {
+		return strings.TrimSpace(string(b)), nil
 	}
 	h, err := os.Hostname()
 	if err != nil || h == "" {
@@ -33,19 +42,22 @@ func nodeID(cfg Config) string {
 	if s := cfg.Backends.Scope; s != 0 {
 		h += fmt.Sprintf("-s%d", s)
 	}
-	return h
+	if err := os.WriteFile(path, []byte(h+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("node id: %w", err)
+	}
+	return h, nil
 }
 
-// startCluster registers this server as a node of the store's registry
-// and watches the registry for nodes whose lease ran out (package
-// cluster); stop ends both. A server is today both the API and the node
+// startCluster registers this server as node cfg.NodeID of the store's
+// registry and watches the registry for nodes whose lease ran out
+// (package cluster); stop ends both. A server is today both the API and the node
 // of its sandboxes (docs/cluster.md says what the roles become).
 func startCluster(ctx context.Context, cfg Config, db *store.DB, rts []runtime.Runtime) (stop func(), err error) {
 	var names []string
 	for _, rt := range rts {
 		names = append(names, rt.Name())
 	}
-	n := store.Node{ID: nodeID(cfg), Addr: cfg.Addr, Runtimes: names, CPUs: goruntime.NumCPU(), Version: version()}
+	n := store.Node{ID: cfg.NodeID, Addr: cfg.Addr, Runtimes: names, CPUs: goruntime.NumCPU(), Version: version()}
 	if hf, err := admission.HostFiguresFor(cfg.DataDir)(); err == nil {
 		n.MemoryMB = hf.MemTotal
 	}

@@ -18,10 +18,6 @@ func (o *Orchestrator) Recover(ctx context.Context) error {
 			_, err := o.rts.Named(name)
 			return err == nil
 		},
-		Alive: func(node string) bool {
-			n, err := o.db.GetNode(ctx, node)
-			return err == nil && !n.Lost && n.LeaseUntil.After(o.clock.Now())
-		},
 		Foreign: o.live.SetForeign,
 		Adopt: func(ctx context.Context, sb store.Sandbox, addr netip.Addr) {
 			// The host kept the policy across the restart; re-apply it

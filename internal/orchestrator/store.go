@@ -21,13 +21,6 @@ type Store interface {
 	SandboxStore
 	SnapshotStore
 	TemplateReader
-	NodeReader
-}
-
-// NodeReader reads the node registry (package cluster).
-type NodeReader interface {
-	// GetNode returns node id (ErrNotFound).
-	GetNode(ctx context.Context, id string) (store.Node, error)
 }
 
 // SandboxStore keeps the sandbox records.

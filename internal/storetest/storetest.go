@@ -55,7 +55,8 @@ type Store interface {
 	CountAPIKeys(ctx context.Context) (int, error)
 	// GetSandbox returns sandbox id (errdefs.ErrNotFound).
 	GetSandbox(ctx context.Context, id string) (store.Sandbox, error)
-	// DeleteNode forgets node id.
+	// GetNode returns node id (errdefs.ErrNotFound); DeleteNode forgets it.
+	GetNode(ctx context.Context, id string) (store.Node, error)
 	DeleteNode(ctx context.Context, id string) error
 }
 

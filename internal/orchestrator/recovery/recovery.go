@@ -38,14 +38,14 @@ type Deps struct {
 	Foreign func(map[string]store.Sandbox)
 	// Adopt makes a recovered sandbox, recorded already, live at addr.
 	Adopt func(ctx context.Context, sb store.Sandbox, addr netip.Addr)
-	// Node is this server's node ID. Rows of another node that is alive
-	// (Alive) are not this host's to reconcile and are left as they are;
-	// rows without a node (written before the registry) or of a node that
-	// is not alive (this host under an earlier name, a lost node) are
-	// reconciled here and claimed when adopted.
-	Node  string
-	Alive func(node string) bool // nil: no other node is alive
-	Log   *slog.Logger
+	// Node is this server's node ID. Rows of another node are not this
+	// server's to reconcile (that node's own start does, and a lost node's
+	// are the registry watcher's): they are left as they are, handed over
+	// as foreign (the API answers ErrUnavailable for them) and the runtime
+	// removes nothing of theirs. Rows without a node (written before the
+	// registry) are reconciled here and claimed when adopted.
+	Node string
+	Log  *slog.Logger
 }
 
 // Run reconciles this node's rows of the store with the runtimes.
@@ -62,22 +62,15 @@ func Run(ctx context.Context, d Deps) error {
 	byID := map[string]store.Sandbox{}
 	foreign := map[string]store.Sandbox{}
 	var ids []string
-	mine := rows[:0]
-	for _, sb := range rows {
-		if sb.NodeID == "" || sb.NodeID == d.Node || d.Alive == nil || !d.Alive(sb.NodeID) {
-			mine = append(mine, sb)
-		}
-	}
-	rows = mine
 	for _, sb := range rows {
 		if !sb.State.Valid() {
 			continue
 		}
 		// Every live ID goes to the runtime, foreign ones too: the network
 		// manager the backends share keeps the networks of the IDs it is
-		// given.
+		// given, and no runtime removes what another node may hold.
 		ids = append(ids, sb.ID)
-		if !d.Runs(sb.Runtime) {
+		if !d.Runs(sb.Runtime) || d.otherNode(sb.NodeID) {
 			foreign[sb.ID] = sb
 			continue
 		}
@@ -126,6 +119,10 @@ func Run(ctx context.Context, d Deps) error {
 	d.Log.Info("recovered sandboxes", "adopted", len(adopted), "dropped", len(rows)-len(adopted)-len(foreign))
 	return nil
 }
+
+// otherNode reports whether node is another node than this one: its rows
+// are not this server's to reconcile.
+func (d Deps) otherNode(node string) bool { return node != "" && node != d.Node }
 
 // keepForeign hands over the live sandboxes of runtimes this server does
 // not run, and warns once about them.

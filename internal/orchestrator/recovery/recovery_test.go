@@ -192,10 +192,10 @@ func TestRunRuntimeAndStoreErrors(t *testing.T) {
 	}
 }
 
-// TestRunOnlyThisNode: rows of another node that is alive are neither
-// given to the runtime nor deleted nor adopted; rows without a node or of
-// a node that is not alive (this host under an earlier name, a lost node)
-// are reconciled and claimed when adopted, as this node's own are.
+// TestRunOnlyThisNode: rows of another node are neither deleted nor
+// adopted (foreign, and the runtime is told of them, so it removes
+// nothing of theirs); rows without a node are claimed when adopted; this
+// node's own rows are reconciled as always.
 func TestRunOnlyThisNode(t *testing.T) {
 	running := func(id, node string) store.Sandbox {
 		return store.Sandbox{ID: id, State: store.StateRunning, Runtime: "container", NodeID: node}
@@ -203,38 +203,35 @@ func TestRunOnlyThisNode(t *testing.T) {
 	db := &memStore{rows: map[string]store.Sandbox{
 		"other": running("other", "node-b"), "legacy": running("legacy", ""),
 		"mine": running("mine", "node-a"), "gone": running("gone", "node-a"),
-		"renamed": running("renamed", "old-name"), "lost": running("lost", "node-c"),
 	}}
 	rt := &fakeRuntime{live: map[string]*runtime.Handle{
 		"legacy": {ID: "legacy", Addr: addr}, "mine": {ID: "mine", Addr: addr}, "other": {ID: "other", Addr: addr},
-		"renamed": {ID: "renamed", Addr: addr},
 	}}
 	var adopted []string
+	var foreign map[string]store.Sandbox
 	err := Run(context.Background(), Deps{Store: db, Runtime: rt, Log: slog.New(slog.DiscardHandler), Node: "node-a",
-		Alive: func(n string) bool { return n == "node-b" },
-		Runs:  func(string) bool { return true }, Foreign: func(map[string]store.Sandbox) {},
+		Runs: func(string) bool { return true }, Foreign: func(m map[string]store.Sandbox) { foreign = m },
 		Adopt: func(_ context.Context, sb store.Sandbox, _ netip.Addr) { adopted = append(adopted, sb.ID) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(rt.asked, "other") {
-		t.Errorf("the runtime was asked about another node's sandbox: %v", rt.asked)
+	if !slices.Contains(rt.asked, "other") {
+		t.Errorf("the runtime was not told of another node's sandbox (it would remove it as an orphan): %v", rt.asked)
+	}
+	if _, ok := foreign["other"]; !ok {
+		t.Errorf("another node's sandbox is not handed over as foreign: %v", foreign)
 	}
 	if got := db.rows["other"]; !reflect.DeepEqual(got, running("other", "node-b")) {
 		t.Errorf("another node's row changed: %+v", got)
 	}
 	slices.Sort(adopted)
-	if !slices.Equal(adopted, []string{"legacy", "mine", "renamed"}) {
-		t.Errorf("adopted %v, want legacy, mine and renamed", adopted)
+	if !slices.Equal(adopted, []string{"legacy", "mine"}) {
+		t.Errorf("adopted %v, want legacy and mine", adopted)
 	}
-	for _, id := range []string{"legacy", "renamed"} {
-		if db.rows[id].NodeID != "node-a" {
-			t.Errorf("row %s was not claimed: %+v", id, db.rows[id])
-		}
+	if db.rows["legacy"].NodeID != "node-a" {
+		t.Errorf("a row without a node was not claimed: %+v", db.rows["legacy"])
 	}
-	for _, id := range []string{"gone", "lost"} {
-		if _, ok := db.rows[id]; ok {
-			t.Errorf("the row of %s, which no runtime has, was kept", id)
-		}
+	if _, ok := db.rows["gone"]; ok {
+		t.Error("this node's row of a sandbox the runtime lost was kept")
 	}
 }
