@@ -18,6 +18,18 @@
 # cannot remove, the final leak check reports.
 set -uo pipefail
 
+# --host: also every Moat-named host object of any earlier run (the names
+# the final leak check looks for: OCI containers under /run/moat, QEMU and
+# moat-nfsd processes, netns moat-* and moats<N>-*, veths mh* and s<N>*,
+# cgroups moat/* and moat-s<N>/*, and the mounts and loop devices of test
+# data dirs under /tmp), but only when no moat serve holds a host lock:
+# then nothing on the host owns them.
+host=
+if [ "${1:-}" = --host ]; then
+  host=1
+  shift
+fi
+
 dirs=()
 for d in "$@"; do
   d="${d%/}"
@@ -25,14 +37,60 @@ for d in "$@"; do
     [ -e "$x" ] && dirs+=("$x")
   done
 done
-[ "${#dirs[@]}" -gt 0 ] || exit 0
-pattern="$(printf '%s|' "${dirs[@]}" | sed 's/[.]/[.]/g; s/|$//')"
+[ "${#dirs[@]}" -gt 0 ] || [ -n "$host" ] || exit 0
+pattern="$(printf '%s|' "${dirs[@]}" /nonexistent-moat-dir | sed 's/[.]/[.]/g; s/|$//')"
 
 said=
 say() {
   [ -n "$said" ] || echo "sweep: an earlier run left these on the host; removing them" >&2
   said=1
   echo "sweep: $*" >&2
+}
+
+# sweep_host removes every Moat-named object on the host (see --host).
+sweep_host() {
+  local rt root id pid m f dev ns l cg
+  for rt in crun runc runsc; do
+    command -v "$rt" >/dev/null || continue
+    for root in /run/moat/"$rt" /run/moat/s[0-9]/container /run/moat/s[0-9]/gvisor; do
+      [ -d "$root" ] || continue
+      for id in $("$rt" --root "$root" list -q 2>/dev/null); do
+        say "$rt container $id ($root)"
+        "$rt" --root "$root" kill "$id" KILL >/dev/null 2>&1
+        "$rt" --root "$root" delete -f "$id" >/dev/null 2>&1
+      done
+    done
+  done
+  for pid in $(pgrep -f 'qemu-system.* -name moat-' 2>/dev/null) $(pgrep -x moat-nfsd 2>/dev/null); do
+    say "process $pid: $(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null | cut -c1-120)"
+    kill -KILL "$pid" 2>/dev/null
+  done
+  sleep 0.5
+  while read -r m; do
+    say "mount $m"
+    umount -l "$m" 2>/dev/null
+  done < <(awk '{print $5}' /proc/self/mountinfo | grep -E '^/tmp/Test[^/]*/.*/sandboxes/' | sort -r)
+  for f in /sys/block/loop*/loop/backing_file; do
+    [ -f "$f" ] || continue
+    if grep -qE '^/tmp/Test[^/]*/.*/sandboxes/' "$f" 2>/dev/null; then
+      dev="/dev/$(basename "$(dirname "$(dirname "$f")")")"
+      say "loop device $dev ($(cat "$f"))"
+      losetup -d "$dev" 2>/dev/null
+    fi
+  done
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^moats?[0-9]?-'); do
+    say "network namespace $ns"
+    ip netns delete "$ns" 2>/dev/null
+  done
+  for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E '^(mh|s[0-9])'); do
+    say "link $l"
+    ip link delete "$l" 2>/dev/null
+  done
+  while read -r cg; do
+    say "cgroup $cg"
+    { echo 1 >"$cg/cgroup.kill"; } 2>/dev/null
+    rmdir "$cg" 2>/dev/null
+  done < <(find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d \( -path '*/moat/*' -o -path '*/moat-s[0-9]/*' \) 2>/dev/null | sort -r)
 }
 
 # The sandbox IDs of those dirs (each runtime keeps them under its own
@@ -102,10 +160,23 @@ for id in "${ids[@]}"; do
   for cg in /sys/fs/cgroup/moat/"$id" /sys/fs/cgroup/moat-s1/"$id" /sys/fs/cgroup/*/moat/"$id" /sys/fs/cgroup/*/moat-s1/"$id"; do
     [ -d "$cg" ] || continue
     say "cgroup $cg"
-    echo 1 >"$cg/cgroup.kill" 2>/dev/null
+    { echo 1 >"$cg/cgroup.kill"; } 2>/dev/null
     find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
   done
 done
+
+if [ -n "$host" ]; then
+  held=
+  for lock in /run/moat/serve*.lock; do
+    [ -e "$lock" ] || continue
+    flock -n "$lock" true 2>/dev/null || held="$lock"
+  done
+  if [ -n "$held" ]; then
+    echo "sweep: a moat serve holds $held: the host's Moat objects are left alone" >&2
+  else
+    sweep_host
+  fi
+fi
 
 # The sandboxes' files and rows; the old lane-2 dirs go whole.
 for d in "${dirs[@]}"; do

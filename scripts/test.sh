@@ -98,8 +98,9 @@ die() {
 }
 
 # A run that was killed leaves its sandboxes behind (docs/development.md):
-# they go first, so that this run's leak check counts only its own.
-scripts/sweep.sh "$MOAT_DATA_DIR"
+# they go first, so that this run's leak check counts only its own (with
+# --host also what a killed `go test` left, unless a moat serve runs).
+scripts/sweep.sh --host "$MOAT_DATA_DIR"
 df -h "$(dirname "$MOAT_DATA_DIR")" /tmp >&2 || true
 
 log "setup (template cache: $MOAT_DATA_DIR/templates)"
