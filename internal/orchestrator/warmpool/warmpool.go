@@ -106,11 +106,12 @@ type Pools struct {
 
 // pool is one template's warm sandboxes.
 type pool struct {
-	spec   Spec
-	wake   chan struct{} // a member was taken: refill
-	mu     sync.Mutex
-	ready  []*Member // guarded by mu
-	closed bool      // guarded by mu
+	spec    Spec
+	wake    chan struct{} // a member was taken: refill
+	mu      sync.Mutex
+	ready   []*Member // guarded by mu
+	closed  bool      // guarded by mu
+	takenAt time.Time // the last hand-out; guarded by mu
 }
 
 // New returns no pools yet; Start starts them.
@@ -169,13 +170,17 @@ func (ps *Pools) run(ctx context.Context, p *pool) {
 			ps.dropStale(ctx, p, Version(tpl))
 		}
 		p.mu.Lock()
-		short := p.spec.Size - len(p.ready)
+		short, sinceTake := p.spec.Size-len(p.ready), time.Since(p.takenAt)
 		p.mu.Unlock()
 		wait := ps.poll
 		switch {
 		case err != nil:
 			log.Warn("warm pool: template unavailable", "err", err)
 			wait = ps.retry
+		case short > 0 && sinceTake < ps.settle:
+			// A hand-out this loop saw by polling, not through p.wake:
+			// the settle time still applies.
+			wait = ps.settle - sinceTake
 		case short > 0:
 			if err := ps.add(ctx, p, tpl); err != nil {
 				if ctx.Err() == nil {
@@ -269,6 +274,7 @@ func (ps *Pools) Take(tpl store.Template, rt string) *Member {
 		for i, m := range p.ready {
 			if m.TemplateID == tpl.ID && m.Version == version && (rt == "" || rt == m.Spec.Runtime) {
 				p.ready = append(p.ready[:i], p.ready[i+1:]...)
+				p.takenAt = time.Now()
 				p.mu.Unlock()
 				select {
 				case p.wake <- struct{}{}:

@@ -125,7 +125,14 @@ func assertGone(t *testing.T, r *Runtime, id string, pid int) {
 	if _, err := os.Stat("/run/netns/" + testScope + "-" + id); !os.IsNotExist(err) {
 		t.Errorf("netns of %s left (%v)", id, err)
 	}
-	if loops := loopsOf(id); len(loops) > 0 {
+	// The disk's loop device detaches itself (autoclear) once the last
+	// reference to its file system goes, which can trail the lazy unmount
+	// of a kill by a moment on a busy host: it must go, not at once.
+	loops := loopsOf(id)
+	for deadline := time.Now().Add(5 * time.Second); len(loops) > 0 && time.Now().Before(deadline); loops = loopsOf(id) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(loops) > 0 {
 		t.Errorf("loop devices of %s left: %v", id, loops)
 	}
 	if _, err := netlink.LinkByName("tc" + id[:12]); err == nil {
