@@ -47,37 +47,64 @@ say() {
   echo "sweep: $*" >&2
 }
 
-# sweep_host removes every Moat-named object on the host (see --host).
-sweep_host() {
-  local rt root id pid m f dev ns l cg
-  for rt in crun runc runsc; do
-    command -v "$rt" >/dev/null || continue
-    for root in /run/moat/"$rt" /run/moat/s[0-9]/container /run/moat/s[0-9]/gvisor; do
-      [ -d "$root" ] || continue
-      for id in $("$rt" --root "$root" list -q 2>/dev/null); do
-        say "$rt container $id ($root)"
-        "$rt" --root "$root" kill "$id" KILL >/dev/null 2>&1
-        "$rt" --root "$root" delete -f "$id" >/dev/null 2>&1
-      done
-    done
-  done
-  for pid in $(pgrep -f 'qemu-system.* -name moat-' 2>/dev/null) $(pgrep -x moat-nfsd 2>/dev/null); do
-    say "process $pid: $(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null | cut -c1-120)"
-    kill -KILL "$pid" 2>/dev/null
-  done
-  sleep 0.5
+# kill_container kills and deletes OCI container name of runtime rt's root.
+kill_container() {
+  say "$1 container $3 ($2)"
+  "$1" --root "$2" kill "$3" KILL >/dev/null 2>&1
+  "$1" --root "$2" delete -f "$3" >/dev/null 2>&1
+}
+
+# kill_pid SIGKILLs pid, saying what it runs.
+kill_pid() {
+  say "process $1: $(tr '\0' ' ' </proc/"$1"/cmdline 2>/dev/null | cut -c1-160)"
+  kill -KILL "$1" 2>/dev/null
+}
+
+# release_mounts detaches the mounts whose mount point matches the
+# extended regular expression re, deepest first and lazily (a process that
+# still holds one cannot stop the rest), then the loop devices whose
+# backing file matches it.
+release_mounts() {
+  local re=$1 m f dev
   while read -r m; do
     say "mount $m"
     umount -l "$m" 2>/dev/null
-  done < <(awk '{print $5}' /proc/self/mountinfo | grep -E '^/tmp/Test[^/]*/.*/sandboxes/' | sort -r)
+  done < <(awk '{print $5}' /proc/self/mountinfo | grep -E "$re" | sort -r)
   for f in /sys/block/loop*/loop/backing_file; do
     [ -f "$f" ] || continue
-    if grep -qE '^/tmp/Test[^/]*/.*/sandboxes/' "$f" 2>/dev/null; then
+    if grep -qE "$re" "$f" 2>/dev/null; then
       dev="/dev/$(basename "$(dirname "$(dirname "$f")")")"
       say "loop device $dev ($(cat "$f"))"
       losetup -d "$dev" 2>/dev/null
     fi
   done
+}
+
+# remove_cgroup kills what is left in cgroup directory cg and removes it
+# and its children.
+remove_cgroup() {
+  say "cgroup $1"
+  { echo 1 >"$1/cgroup.kill"; } 2>/dev/null
+  find "$1" -depth -type d -exec rmdir {} + 2>/dev/null
+}
+
+# sweep_host removes every Moat-named object on the host (see --host).
+sweep_host() {
+  local rt root id pid ns l cg
+  for rt in crun runc runsc; do
+    command -v "$rt" >/dev/null || continue
+    for root in /run/moat/"$rt" /run/moat/s[0-9]/container /run/moat/s[0-9]/gvisor; do
+      [ -d "$root" ] || continue
+      for id in $("$rt" --root "$root" list -q 2>/dev/null); do
+        kill_container "$rt" "$root" "$id"
+      done
+    done
+  done
+  for pid in $(pgrep -f 'qemu-system.* -name moat-' 2>/dev/null) $(pgrep -x moat-nfsd 2>/dev/null); do
+    kill_pid "$pid"
+  done
+  sleep 0.5
+  release_mounts '^/tmp/Test[^/]*/.*/sandboxes/'
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^moats?[0-9]?-'); do
     say "network namespace $ns"
     ip netns delete "$ns" 2>/dev/null
@@ -87,9 +114,7 @@ sweep_host() {
     ip link delete "$l" 2>/dev/null
   done
   while read -r cg; do
-    say "cgroup $cg"
-    { echo 1 >"$cg/cgroup.kill"; } 2>/dev/null
-    rmdir "$cg" 2>/dev/null
+    remove_cgroup "$cg"
   done < <(find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d \( -path '*/moat/*' -o -path '*/moat-s[0-9]/*' \) 2>/dev/null | sort -r)
 }
 
@@ -116,39 +141,21 @@ for id in "${ids[@]}"; do
     for root in /run/moat/"$rt" /run/moat/s1/container /run/moat/s1/gvisor; do
       [ -d "$root" ] || continue
       if "$rt" --root "$root" state "moat-$id" >/dev/null 2>&1; then
-        say "$rt container moat-$id ($root)"
-        "$rt" --root "$root" kill "moat-$id" KILL >/dev/null 2>&1
-        "$rt" --root "$root" delete -f "moat-$id" >/dev/null 2>&1
+        kill_container "$rt" "$root" "moat-$id"
       fi
     done
   done
   for pid in $(pgrep -f "qemu-system.* -name moat-$id( |,|$)" 2>/dev/null); do
-    say "qemu (pid $pid) of $id"
-    kill -KILL "$pid" 2>/dev/null
+    kill_pid "$pid"
   done
 done
 # Whatever else of a sandbox still runs from those dirs (runtime shims,
 # moat-nfsd, envd under crun).
 for pid in $(pgrep -f "^[^ ]*(qemu-system[^ ]*|crun|runc|runsc|moat-nfsd|envd) .*($pattern)/" 2>/dev/null); do
-  say "process $pid: $(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null | cut -c1-160)"
-  kill -KILL "$pid" 2>/dev/null
+  kill_pid "$pid"
 done
 sleep 0.5
-
-# Mounts, deepest first, detached lazily (a process that still holds one
-# cannot stop the rest).
-while read -r m; do
-  say "mount $m"
-  umount -l "$m" 2>/dev/null
-done < <(awk '{print $5}' /proc/self/mountinfo | grep -E "^($pattern)/" | sort -r)
-for f in /sys/block/loop*/loop/backing_file; do
-  [ -f "$f" ] || continue
-  if grep -qE "^($pattern)/" "$f" 2>/dev/null; then
-    dev="/dev/$(basename "$(dirname "$(dirname "$f")")")"
-    say "loop device $dev ($(cat "$f"))"
-    losetup -d "$dev" 2>/dev/null
-  fi
-done
+release_mounts "^($pattern)/"
 
 for id in "${ids[@]}"; do
   for ns in "moat-$id" "moats1-$id"; do
@@ -158,10 +165,7 @@ for id in "${ids[@]}"; do
     fi
   done
   for cg in /sys/fs/cgroup/moat/"$id" /sys/fs/cgroup/moat-s1/"$id" /sys/fs/cgroup/*/moat/"$id" /sys/fs/cgroup/*/moat-s1/"$id"; do
-    [ -d "$cg" ] || continue
-    say "cgroup $cg"
-    { echo 1 >"$cg/cgroup.kill"; } 2>/dev/null
-    find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+    [ ! -d "$cg" ] || remove_cgroup "$cg"
   done
 done
 
