@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/errdefs/errhttp"
 )
 
@@ -97,14 +96,8 @@ func Ask(ctx context.Context, hc *http.Client, apiURL, token, nodeID string) (ke
 	if resp.StatusCode != http.StatusOK {
 		var e errhttp.Error
 		_ = json.Unmarshal(b, &e)
-		kind := errdefs.ErrUnavailable
-		switch resp.StatusCode {
-		case http.StatusBadRequest:
-			kind = errdefs.ErrInvalidArgument
-		case http.StatusForbidden:
-			kind = errdefs.ErrPermissionDenied
-		}
-		return nil, nil, nil, fmt.Errorf("join: %s answered %d: %s: %w", apiURL, resp.StatusCode, e.Message, kind)
+		return nil, nil, nil, fmt.Errorf("join: %s answered %d: %s: %w", apiURL, resp.StatusCode, e.Message,
+			errhttp.ToNative(resp.StatusCode))
 	}
 	var out joinAnswer
 	if err := json.Unmarshal(b, &out); err != nil || out.Certificate == "" || out.CA == "" {

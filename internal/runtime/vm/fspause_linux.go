@@ -67,12 +67,10 @@ func (r *Runtime) resumeFilesystem(ctx context.Context, id string, b *sandbox) (
 	start := time.Now()
 	var undo cleanup.Stack
 	h, err := r.bootFromDisk(ctx, id, b, &undo)
-	if err != nil {
-		err = errors.Join(err, undo.Run())
-		b.proc, b.qmp = nil, nil
-		return nil, fmt.Errorf("resume sandbox %s from its files: %w", id, err)
+	if err == nil {
+		err = fsmark.Remove(dir)
 	}
-	if err := fsmark.Remove(dir); err != nil {
+	if err != nil {
 		err = errors.Join(err, undo.Run())
 		b.proc, b.qmp = nil, nil
 		return nil, fmt.Errorf("resume sandbox %s from its files: %w", id, err)
