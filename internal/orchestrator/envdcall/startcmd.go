@@ -105,22 +105,23 @@ func runOnce(ctx context.Context, pc processconnect.ProcessClient, c runcmd.Comm
 // restored microVM under TCG: its pages fault in one by one). A failure
 // (say, an image without bash) only costs that time later.
 func (c *Client) WarmUp(ctx context.Context, addr netip.Addr, user string) error {
-	pc := processconnect.NewProcessClient(c.HTTP, c.URL(addr), connect.WithProtoJSON())
-	code, err := runOnce(ctx, pc, runcmd.Command{Argv: []string{"/bin/bash", "-l", "-c", "true"}, User: user})
-	if err == nil && code != 0 {
-		err = fmt.Errorf("warm-up command: exit code %d", code)
-	}
-	return err
+	return c.runZero(ctx, addr, "warm-up command", runcmd.Command{Argv: []string{"/bin/bash", "-l", "-c", "true"}, User: user})
 }
 
 // Sync runs sync(1) as root through envd, with the sandbox's token, so
 // that what its processes wrote is on its disk before a filesystem-only
 // pause stops them (a microVM's page cache goes with its memory).
 func (c *Client) Sync(ctx context.Context, addr netip.Addr, token string) error {
+	return c.runZero(ctx, addr, "sync", runcmd.Command{Argv: []string{"sync"}, User: "root", Token: token})
+}
+
+// runZero runs cmd once through the envd at addr (runOnce); an exit code
+// other than 0 is an error naming what.
+func (c *Client) runZero(ctx context.Context, addr netip.Addr, what string, cmd runcmd.Command) error {
 	pc := processconnect.NewProcessClient(c.HTTP, c.URL(addr), connect.WithProtoJSON())
-	code, err := runOnce(ctx, pc, runcmd.Command{Argv: []string{"sync"}, User: "root", Token: token})
+	code, err := runOnce(ctx, pc, cmd)
 	if err == nil && code != 0 {
-		err = fmt.Errorf("sync: exit code %d", code)
+		err = fmt.Errorf("%s: exit code %d", what, code)
 	}
 	return err
 }
