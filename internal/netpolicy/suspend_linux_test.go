@@ -63,3 +63,26 @@ func TestSuspendKeepsPolicy(t *testing.T) {
 		t.Error("Teardown kept the policy for the next Setup")
 	}
 }
+
+// Two Teardowns of one sandbox at once (a paused microVM's network torn
+// down in the background while a Recover tears it down again) both
+// succeed: what one removed the other finds gone, not an error.
+func TestConcurrentTeardowns(t *testing.T) {
+	m := testManager(t)
+	ctx := context.Background()
+	id := testID(t)
+	for range 20 {
+		if _, err := m.Setup(ctx, id, false); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 3)
+		for range cap(errs) {
+			go func() { errs <- m.Teardown(ctx, id) }()
+		}
+		for range cap(errs) {
+			if err := <-errs; err != nil {
+				t.Fatalf("concurrent teardown: %v", err)
+			}
+		}
+	}
+}

@@ -252,8 +252,13 @@ func (f *Firewall) Bind(ifname string, a, a6 netip.Addr) error {
 	return nil
 }
 
-// Unbind removes every binding of ifname; none is fine.
+// Unbind removes every binding of ifname; none is fine. It holds mu from
+// the read to the delete: two Unbinds of one ifname at once (a background
+// teardown and a Recover) would otherwise both delete what both read, and
+// the second fail with ENOENT.
 func (f *Firewall) Unbind(ifname string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)

@@ -32,7 +32,7 @@ type Redirect struct {
 type Firewall struct {
 	c Config
 
-	mu        sync.Mutex     // serialises table installs with hostnets refills and egress writes
+	mu        sync.Mutex     // serialises table installs, hostnets refills, egress writes and the read-then-delete of Unbind and SetAllowed
 	deny      []netip.Prefix // contents of the hostnets chain; guarded by mu
 	denyDirty bool           // the last hostnets refill failed; guarded by mu
 }

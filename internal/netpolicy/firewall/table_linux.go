@@ -282,6 +282,8 @@ func (f *Firewall) AllowedIfs() (map[string]bool, error) {
 // SetAllowed adds ifname to, or removes it from, the "allowed" set. Removing
 // an absent name succeeds.
 func (f *Firewall) SetAllowed(ifname string, allow bool) error {
+	f.mu.Lock() // from the read to the delete, as in Unbind
+	defer f.mu.Unlock()
 	if !allow {
 		have, err := f.AllowedIfs()
 		if err != nil || !have[ifname] {
