@@ -49,12 +49,19 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&cfg.Addr, "addr", envOr(defaultAddr, "MOAT_ADDR"), "listen address HOST:PORT (env MOAT_ADDR)")
 	addDataDirFlag(cmd, &cfg.DataDir)
 	f.StringVar(&cfg.Store, "store", envOr("", "MOAT_STORE"),
-		"where state lives: a postgres://USER@HOST/DB URL (PostgreSQL; one server per database for now), "+
+		"where state lives: a postgres://USER@HOST/DB URL (PostgreSQL; several servers share one with --node-addr or --role api), "+
 			"else the SQLite file DATA-DIR/moat.db (env "+app.StoreEnv+"; the other commands read it too)")
 	f.StringVar(&cfg.NodeID, "node-id", envOr("", "MOAT_NODE_ID"),
 		"this server's ID in the store's node registry, which `moat cluster nodes` lists "+
 			"(env MOAT_NODE_ID; default: the ID in DATA-DIR/node-id, written at the first start from the host name, "+
 			"with -s<scope> for a scoped server); a server reconciles only its own node's sandboxes, so keep it stable")
+	f.StringVar(&cfg.Role, "role", envOr("", "MOAT_ROLE"),
+		"what this server does in a cluster: api (the API and sandbox proxy, sending on what another node holds), "+
+			"node (runs the sandboxes placement gives it) or api,node (env MOAT_ROLE; default api,node)")
+	f.StringVar(&cfg.NodeAddr, "node-addr", envOr("", "MOAT_NODE_ADDR"),
+		"where this node's API listens for the cluster's servers, HOST:PORT that they can dial (mutual TLS under "+
+			"the cluster CA; the certificate of `moat cluster join --dir DATA-DIR/cluster-node`, else one from "+
+			"DATA-DIR/cluster-ca); setting it lets servers share the store (env MOAT_NODE_ADDR)")
 	f.StringVar(&cfg.Runtime, "runtime", envOr("", "MOAT_RUNTIME"),
 		"sandbox runtimes, comma-separated, run side by side: container (crun or runc), gvisor (runsc), "+
 			"vm (QEMU microVMs). The first is the default; a create runs on the runtime its metadata "+

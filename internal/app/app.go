@@ -81,6 +81,14 @@ type Config struct {
 	// cluster; default: the one in DATA-DIR/node-id, written at the first
 	// start from the host name, "-s<scope>" added for a scoped server).
 	NodeID string
+	// Role is what the server does in a cluster (ParseRoles: "api",
+	// "node" or "api,node"; "" = both).
+	Role  string
+	roles Roles
+	// NodeAddr is where the node API listens (HOST:PORT, mutual TLS under
+	// the cluster CA; docs/cluster.md), the address other servers dial:
+	// "" = none (a server alone, holding its store).
+	NodeAddr string
 	// WebhookAllow are networks webhook deliveries may reach although they
 	// are not public (loopback, private, this host's addresses: refused
 	// otherwise; see package webhook).
@@ -123,6 +131,13 @@ func (c *Config) Validate() error {
 	if c.EnvdPort == 0 {
 		c.EnvdPort = orchestrator.DefaultEnvdPort
 	}
+	var err error
+	if c.roles, err = ParseRoles(c.Role); err != nil {
+		return fmt.Errorf("app: %w", err)
+	}
+	if !c.roles.Node && c.NodeAddr != "" {
+		return errors.New("app: --node-addr is a node's: a server with --role api has no node API")
+	}
 	return nil
 }
 
@@ -155,11 +170,13 @@ func Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer db.Close()
-	unlockStore, err := db.LockServer(ctx)
-	if err != nil {
-		return err
+	if !cfg.clustered() { // nodeapi.go
+		unlockStore, err := db.LockServer(ctx)
+		if err != nil {
+			return err
+		}
+		defer unlockStore()
 	}
-	defer unlockStore()
 
 	secretSvc := secrets.NewService(db, secretsKeyring(cfg.DataDir))
 	stopEgress, egressCA, err := startEgress(log, cfg, secretSvc)
@@ -177,7 +194,16 @@ func Serve(ctx context.Context, cfg Config) error {
 	if cfg.NodeID, err = nodeID(cfg); err != nil { // cluster.go
 		return err
 	}
-	stopCluster, err := startCluster(ctx, cfg, db, rts)
+	joins, err := joinIssuer(cfg, db)
+	if err != nil {
+		return err
+	}
+	node, err := openNodeAPI(ctx, cfg, joins) // cluster.go
+	if err != nil {
+		return err
+	}
+	defer node.close()
+	stopCluster, err := startCluster(ctx, cfg, db, rts, node.addr)
 	if err != nil {
 		return err
 	}
@@ -223,16 +249,14 @@ func Serve(ctx context.Context, cfg Config) error {
 	}()
 	api := server.New(server.Config{Store: db, Orch: orch, Logger: log, Builds: builds, Volumes: vols,
 		Secrets: secretSvc, Webhooks: hooks})
-	if err := recoverVolumes(ctx, db, api); err != nil { // volumes.go
+	if err := recoverVolumes(ctx, db, api, cfg.NodeID); err != nil { // volumes.go
 		log.Warn("volumes of recovered sandboxes", "err", err)
 	}
 	px := proxy.New(proxy.Config{Resolver: resolver{orch}, Domain: cfg.Domain, EnvdPort: cfg.EnvdPort, Logger: log})
 	orch.OnRemove(px.CloseSandbox) // a removed sandbox's streams end at once
-	joins, err := joinIssuer(cfg, db)
-	if err != nil {
-		return err
-	}
-	srv := newHTTPServer(withJoin(api, joins), px, log)
+	local := localHandler(withJoin(api, joins), px)
+	srv := newHTTPServer(node.front(cfg, local, orch, db), log)
+	defer node.serve(local, log)()
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
@@ -290,20 +314,24 @@ func ensureAPIKey(ctx context.Context, db *store.DB, out io.Writer) error {
 	return nil
 }
 
-// newHTTPServer serves sandbox traffic (what px matches) and the API on
-// one listener, HTTP/1.1 and h2c.
-func newHTTPServer(api http.Handler, px *proxy.Proxy, log *slog.Logger) *http.Server {
+// localHandler serves sandbox traffic (what px matches) and the API.
+func localHandler(api http.Handler, px *proxy.Proxy) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if px.Match(r) {
+			px.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}
+
+// newHTTPServer serves h on the public listener, HTTP/1.1 and h2c.
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	return &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if px.Match(r) {
-				px.ServeHTTP(w, r)
-				return
-			}
-			api.ServeHTTP(w, r)
-		}),
+		Handler:           h,
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,

@@ -2,7 +2,10 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,8 +16,10 @@ import (
 
 	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/cluster"
+	"github.com/moatsh/moat/internal/cluster/front"
 	"github.com/moatsh/moat/internal/cluster/join"
 	"github.com/moatsh/moat/internal/egress/tlsca"
+	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/store"
 )
@@ -48,35 +53,97 @@ func nodeID(cfg Config) (string, error) {
 	return h, nil
 }
 
-// startCluster registers this server as node cfg.NodeID of the store's
-// registry and watches the registry for nodes whose lease ran out
-// (package cluster); stop ends both. A server is today both the API and the node
-// of its sandboxes (docs/cluster.md says what the roles become).
-func startCluster(ctx context.Context, cfg Config, db *store.DB, rts []runtime.Runtime) (stop func(), err error) {
+// startCluster registers this server, when it is a node, as node
+// cfg.NodeID of the store's registry with its node API at addr ("" =
+// none), and watches the registry for nodes whose lease ran out (package
+// cluster); stop ends both.
+func startCluster(ctx context.Context, cfg Config, db *store.DB, rts []runtime.Runtime, addr string) (stop func(), err error) {
+	log := cfg.Logger.With("node", cfg.NodeID)
+	w := &cluster.Watcher{Store: db, Log: log}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.Run(ctx) }()
+	stop = func() { cancel(); wg.Wait() }
+	if !cfg.roles.Node {
+		log.Info("cluster: an API server: no sandboxes here, placement uses the registry's nodes")
+		return stop, nil
+	}
 	var names []string
 	for _, rt := range rts {
 		names = append(names, rt.Name())
 	}
-	n := store.Node{ID: cfg.NodeID, Addr: cfg.Addr, Runtimes: names, CPUs: goruntime.NumCPU(), Version: version()}
+	n := store.Node{ID: cfg.NodeID, Addr: addr, Runtimes: names, CPUs: goruntime.NumCPU(), Version: version()}
 	if hf, err := admission.HostFiguresFor(cfg.DataDir)(); err == nil {
 		n.MemoryMB = hf.MemTotal
 	}
-	log := cfg.Logger.With("node", n.ID)
 	reg := &cluster.Registrar{Store: db, Node: n, Log: log,
 		Lost: func(ctx context.Context) {
-			log.WarnContext(ctx, "cluster: this node was declared lost while its sandboxes ran; they are kept (one server per store today)")
+			log.WarnContext(ctx, "cluster: this node was declared lost while its sandboxes ran; they are kept and it registers again")
 		}}
 	if err := reg.Register(ctx); err != nil {
+		stop()
 		return nil, err
 	}
-	w := &cluster.Watcher{Store: db, Log: log}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() { defer wg.Done(); reg.Run(ctx) }()
-	go func() { defer wg.Done(); w.Run(ctx) }()
-	log.Info("cluster: registered in the node registry", "runtimes", strings.Join(names, ","))
-	return func() { cancel(); wg.Wait() }, nil
+	log.Info("cluster: registered in the node registry", "runtimes", strings.Join(names, ","), "node_api", addr)
+	return stop, nil
+}
+
+// nodeAPI is this server's place in a cluster: its end of the mutual TLS
+// and, on a node, the node API's listener.
+type nodeAPI struct {
+	tls  *tls.Config  // nil: not clustered
+	ln   net.Listener // nil: no node API
+	addr string       // what other servers dial ("" = no node API)
+}
+
+// openNodeAPI sets up cfg's part in a cluster (nothing when it is not
+// clustered): the TLS end and the node API's listener.
+func openNodeAPI(ctx context.Context, cfg Config, is *join.Issuer) (*nodeAPI, error) {
+	n := &nodeAPI{}
+	if !cfg.clustered() {
+		return n, nil
+	}
+	var err error
+	if n.tls, err = clusterTLS(cfg, is); err != nil {
+		return nil, err
+	}
+	if cfg.NodeAddr != "" {
+		if n.ln, n.addr, err = listenNode(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// front is the public listener's handler: the front door (package
+// cluster/front) before local, or local alone when not clustered.
+func (n *nodeAPI) front(cfg Config, local http.Handler, orch *orchestrator.Orchestrator, db *store.DB) http.Handler {
+	if n.tls == nil {
+		return local
+	}
+	return front.New(front.Config{Self: cfg.NodeID, Local: local, Node: cfg.roles.Node, Store: db, TLS: n.tls,
+		Domain: cfg.Domain, Log: cfg.Logger,
+		Holds: func(id string) bool { _, ok := orch.Lookup(id); return ok }})
+}
+
+// serve serves local on the node API's listener, if there is one.
+func (n *nodeAPI) serve(local http.Handler, log *slog.Logger) (stop func()) {
+	if n.ln == nil {
+		return func() {}
+	}
+	stop = serveNode(n.ln, local, n.tls, log)
+	n.ln = nil
+	return stop
+}
+
+// close closes a listener serve did not take.
+func (n *nodeAPI) close() {
+	if n.ln != nil {
+		n.ln.Close()
+	}
 }
 
 // version is this binary's module version ("(devel)" for a local build).

@@ -298,3 +298,15 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) { errhttp.WriteJSON(w, status, v) }
+
+// SandboxOf returns the sandbox that r, as sandbox traffic for domain,
+// addresses (from the E2B headers or the host); ok is false for an API
+// call or a malformed ID (the proxy answers those itself).
+func SandboxOf(r *http.Request, domain string) (id string, ok bool) {
+	if hid := r.Header.Get(HeaderSandboxID); hid != "" {
+		id, _, _ = strings.Cut(hid, "-")
+	} else if _, hid, found := parseHost(r.Host, domain); found {
+		id = hid
+	}
+	return id, id != "" && idRE.MatchString(id)
+}

@@ -160,3 +160,26 @@ func TLSConfig(certPEM, keyPEM, caPEM []byte) (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, ClientCAs: pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13}, nil
 }
+
+// Self is the certificate of a server that holds the CA itself (an API
+// server): a new key and a certificate for nodeID signed by the CA, as a
+// join would give it, and the CA's certificate; all PEM.
+func (is *Issuer) Self(nodeID string) (keyPEM, certPEM, caPEM []byte, err error) {
+	if !nodeIDRE.MatchString(nodeID) {
+		return nil, nil, nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "node ID %q: want lower-case letters, digits, '.' and '-', at most 63", nodeID)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pk, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	der, err := is.CA.Peer(key.Public(), nodeID, CertLifetime)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pk}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), is.CA.CertPEM(), nil
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/testkit/pgtest"
+	moat "github.com/moatsh/moat/sdk/go"
+)
+
+// TestCluster runs three real servers on one PostgreSQL: node-a (api and
+// node, host scope) holds the cluster CA; node-b (a node, server scope 5)
+// joins with a token; front (an API server alone, scope 6) holds no
+// sandbox. Creates through any of them are placed on both nodes; every
+// sandbox answers commands, gets, lists and kills through every server;
+// a stopped node's sandboxes answer 503 (not "unknown") until it is
+// back, and then run commands again; an unknown ID is 404 everywhere.
+func TestCluster(t *testing.T) {
+	rootfs := requireRealServer(t)
+	pg := pgtest.Start(t)
+	dsn := pg.NewDB(t)
+	ctx := context.Background()
+	db, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.UpsertTemplate(ctx, store.Template{Name: "base", RootfsDir: rootfs}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	dirA, dirB, dirF := clusterDir(t), clusterDir(t), clusterDir(t)
+	a := startServerArgs(t, dirA, []string{"--store", dsn, "--node-id", "node-a", "--node-addr", "127.0.0.1:0"})
+	if a.key == "" {
+		t.Fatalf("no API key printed:\n%s", a.out.String())
+	}
+	tok, hint, code, err := runCLI("cluster", "token", "--store", dsn, "--data-dir", dirA)
+	_, pin, _ := strings.Cut(hint, "--ca-sha256 ")
+	pin, _, _ = strings.Cut(pin, " ")
+	if err != nil || code != 0 {
+		t.Fatalf("moat cluster token: %v", err)
+	}
+	if out, _, code, err := runCLI("cluster", "join", "--api", a.base, "--token", strings.TrimSpace(tok), "--ca-sha256", pin,
+		"--node-id", "node-b", "--dir", filepath.Join(dirB, "cluster-node")); err != nil || code != 0 {
+		t.Fatalf("moat cluster join: %q %v", out, err)
+	}
+	bArgs := []string{"--store", dsn, "--node-id", "node-b", "--node-addr", "127.0.0.1:0", "--scope", "5"}
+	b := startScoped(t, dirB, bArgs)
+	// The API server signs its own certificate with the CA it shares with
+	// node-a (copied, as an API server's is).
+	copyDir(t, filepath.Join(dirA, "cluster-ca"), filepath.Join(dirF, "cluster-ca"))
+	f := startScoped(t, dirF, []string{"--store", dsn, "--node-id", "front", "--role", "api", "--scope", "6"})
+	servers := map[string]*realServer{"node-a": a, "node-b": b, "front": f}
+	for _, s := range servers {
+		s.key = a.key
+	}
+
+	// Creates through each server land on both nodes, never on the API server.
+	var sbs []*moat.Sandbox
+	nodes := map[string]int{}
+	for i := range 6 {
+		s := []*realServer{a, b, f}[i%3]
+		sb := s.createSandbox(t)
+		sbs = append(sbs, sb)
+		nodes[nodeOf(t, dsn, sb.ID)]++
+	}
+	t.Logf("sandboxes per node: %v", nodes)
+	if nodes["node-a"] == 0 || nodes["node-b"] == 0 || nodes["front"] != 0 {
+		t.Fatalf("placement: sandboxes per node %v, want both nodes used and none on the API server", nodes)
+	}
+	// Every sandbox through every server: a command, a get, the list.
+	for name, s := range servers {
+		c := s.client()
+		list, err := c.ListSandboxes(ctx)
+		if err != nil || len(list) != len(sbs) {
+			t.Fatalf("%s: list: %d sandboxes, %v; want %d", name, len(list), err, len(sbs))
+		}
+		for _, sb := range sbs {
+			got, err := c.GetSandbox(ctx, sb.ID)
+			if err != nil {
+				t.Fatalf("%s: get %s (on %s): %v", name, sb.ID, nodeOf(t, dsn, sb.ID), err)
+			}
+			if out := runIn(t, got, "echo via-"+name); !strings.Contains(out, "via-"+name) {
+				t.Fatalf("%s: run in %s: %q", name, sb.ID, out)
+			}
+		}
+		if _, err := c.GetSandbox(ctx, "nosuchsandbox0"); !errors.Is(err, moat.ErrNotFound) {
+			t.Errorf("%s: get of an unknown sandbox: %v, want not found", name, err)
+		}
+	}
+	// The node API answers only the cluster's members: a client without a
+	// certificate of the cluster CA gets no TLS session.
+	var nodeAddr string
+	if err := pgtest.Open(t, dsn).QueryRowContext(ctx, `SELECT addr FROM nodes WHERE id = 'node-a'`).Scan(&nodeAddr); err != nil || nodeAddr == "" {
+		t.Fatalf("node-a's node API address: %q %v", nodeAddr, err)
+	}
+	stranger := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	if resp, err := stranger.Get("https://" + nodeAddr + "/sandboxes"); err == nil {
+		resp.Body.Close()
+		t.Errorf("node API without a client certificate: %d, want the handshake refused", resp.StatusCode)
+	}
+	// A kill through the API server ends a sandbox on either node.
+	for _, sb := range sbs[:2] {
+		if err := f.client().Kill(ctx, sb.ID); err != nil {
+			t.Fatalf("kill %s through the API server: %v", sb.ID, err)
+		}
+		if _, err := a.client().GetSandbox(ctx, sb.ID); !errors.Is(err, moat.ErrNotFound) {
+			t.Errorf("after the kill, get %s: %v, want not found", sb.ID, err)
+		}
+	}
+	sbs = sbs[2:]
+	// A node that stops: its sandboxes answer 503 through the others (the
+	// node may come back), and run commands again once it is back.
+	var onB *moat.Sandbox
+	for _, sb := range sbs {
+		if nodeOf(t, dsn, sb.ID) == "node-b" {
+			onB = sb
+		}
+	}
+	if onB == nil {
+		t.Fatal("no sandbox left on node-b")
+	}
+	b.stop()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.base+"/sandboxes/"+onB.ID, nil)
+	req.Header.Set("X-API-KEY", a.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("get of a stopped node's sandbox: %d, want 503", resp.StatusCode)
+	}
+	b = startScoped(t, dirB, bArgs)
+	b.key = a.key
+	got, err := f.client().GetSandbox(ctx, onB.ID)
+	if err != nil {
+		t.Fatalf("after node-b's restart: get %s: %v", onB.ID, err)
+	}
+	if out := runIn(t, got, "echo back"); !strings.Contains(out, "back") {
+		t.Fatalf("after node-b's restart: run: %q", out)
+	}
+	for _, sb := range sbs {
+		if err := f.client().Kill(ctx, sb.ID); err != nil {
+			t.Errorf("kill %s: %v", sb.ID, err)
+		}
+	}
+}
+
+// clusterDir is a data dir (traversable for the sandboxes' roots).
+func clusterDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// copyDir copies the files of dir from to a new dir to, with their modes.
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	ents, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(to, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(from, e.Name()))
+		fi, ierr := e.Info()
+		if err != nil || ierr != nil {
+			t.Fatal(errors.Join(err, ierr))
+		}
+		if err := os.WriteFile(filepath.Join(to, e.Name()), b, fi.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// startScoped starts a server in its own server scope (--scope in args)
+// beside the host-scope one of this package's tests.
+func startScoped(t *testing.T, dataDir string, args []string) *realServer {
+	t.Helper()
+	s, err := tryStart(t, dataDir, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// nodeOf is the node that sandbox id's row names.
+func nodeOf(t *testing.T, dsn, id string) string {
+	t.Helper()
+	var node string
+	if err := pgtest.Open(t, dsn).QueryRowContext(context.Background(), `SELECT node_id FROM sandboxes WHERE id = $1`, id).Scan(&node); err != nil {
+		t.Fatalf("node of %s: %v", id, err)
+	}
+	return node
+}
