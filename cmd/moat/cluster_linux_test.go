@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/testkit/pgtest"
@@ -60,6 +62,15 @@ func TestCluster(t *testing.T) {
 	for _, s := range servers {
 		s.key = a.key
 	}
+	// Before the servers stop: kill what is left through node-a (a
+	// sandbox's own cleanup goes through the server that made it, which
+	// may have restarted elsewhere).
+	t.Cleanup(func() {
+		list, _ := a.client().ListSandboxes(ctx)
+		for _, sb := range list {
+			_ = a.client().Kill(ctx, sb.ID)
+		}
+	})
 
 	// Creates through each server land on both nodes, never on the API server.
 	var sbs []*moat.Sandbox
@@ -140,17 +151,104 @@ func TestCluster(t *testing.T) {
 	b = startScoped(t, dirB, bArgs)
 	b.key = a.key
 	got, err := f.client().GetSandbox(ctx, onB.ID)
+	for deadline := time.Now().Add(5 * time.Second); errors.Is(err, moat.ErrUnavailable) && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond) // the front door learns node-b's new address
+		got, err = f.client().GetSandbox(ctx, onB.ID)
+	}
 	if err != nil {
 		t.Fatalf("after node-b's restart: get %s: %v", onB.ID, err)
 	}
 	if out := runIn(t, got, "echo back"); !strings.Contains(out, "back") {
 		t.Fatalf("after node-b's restart: run: %q", out)
 	}
-	for _, sb := range sbs {
-		if err := f.client().Kill(ctx, sb.ID); err != nil {
-			t.Errorf("kill %s: %v", sb.ID, err)
+	lostNode(t, dsn, servers, b, dirB, bArgs)
+}
+
+// lostNode kills node-b with SIGKILL: within 15 s (the lease and a
+// watcher's round) its sandboxes are gone through the other servers (get
+// is not found, list leaves them out), new creates land on node-a, and
+// once node-b is back nothing of those sandboxes is left on its host.
+func lostNode(t *testing.T, dsn string, servers map[string]*realServer, b *realServer, dirB string, bArgs []string) {
+	ctx := context.Background()
+	a, f := servers["node-a"], servers["front"]
+	for range 4 { // more sandboxes on node-b
+		f.createSandbox(t)
+	}
+	var onB []string
+	list, err := a.client().ListSandboxes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range list {
+		if nodeOf(t, dsn, sb.ID) == "node-b" {
+			onB = append(onB, sb.ID)
 		}
 	}
+	if len(onB) == 0 {
+		t.Fatal("no sandbox on node-b")
+	}
+	_ = b.cmd.Process.Kill()
+	<-b.done
+	killed := time.Now()
+	for _, id := range onB {
+		for {
+			_, err := f.client().GetSandbox(ctx, id)
+			if errors.Is(err, moat.ErrNotFound) {
+				break
+			}
+			if time.Since(killed) > 30*time.Second {
+				t.Fatalf("sandbox %s of the killed node-b: %v after 30 s, want not found", id, err)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	gone := time.Since(killed)
+	t.Logf("node-b's %d sandboxes reported gone %v after its kill -9", len(onB), gone.Round(100*time.Millisecond))
+	if gone > 18*time.Second {
+		t.Errorf("node-b's sandboxes were reported gone after %v, want within 15 s (lease 12 s + a watcher round)", gone)
+	}
+	list, err = a.client().ListSandboxes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range list {
+		if slices.Contains(onB, sb.ID) {
+			t.Errorf("list still has %s of the lost node", sb.ID)
+		}
+	}
+	for range 2 {
+		if sb := f.createSandbox(t); nodeOf(t, dsn, sb.ID) != "node-a" {
+			t.Errorf("a create after node-b's loss went to %s", nodeOf(t, dsn, sb.ID))
+		}
+	}
+	startScoped(t, dirB, bArgs)
+	for _, id := range onB {
+		if left := leftovers(t, id, dirB); len(left) > 0 {
+			t.Errorf("after node-b's restart, sandbox %s left: %v", id, left)
+		}
+	}
+}
+
+// leftovers lists what of sandbox id is on the host: paths under dir,
+// /run/moat and /run/netns, and processes, that name it.
+func leftovers(t *testing.T, id, dir string) []string {
+	t.Helper()
+	var out []string
+	for _, root := range []string{dir, "/run/moat", "/run/netns"} {
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && strings.Contains(d.Name(), id) {
+				out = append(out, p)
+			}
+			return nil
+		})
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), id) {
+			out = append(out, p+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return out
 }
 
 // clusterDir is a data dir (traversable for the sandboxes' roots).

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/moatsh/moat/internal/admission"
@@ -203,7 +204,8 @@ func Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer node.close()
-	stopCluster, err := startCluster(ctx, cfg, db, rts, node.addr)
+	var orchRef atomic.Pointer[orchestrator.Orchestrator] // for the cluster's callbacks, set below
+	stopCluster, err := startCluster(ctx, cfg, db, rts, node.addr, &orchRef)
 	if err != nil {
 		return err
 	}
@@ -215,6 +217,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err := orch.Recover(ctx); err != nil {
 		return err
 	}
+	orchRef.Store(orch)
 	if err := ensureAPIKey(ctx, db, cfg.Stdout); err != nil {
 		return err
 	}

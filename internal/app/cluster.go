@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/cluster"
@@ -57,9 +58,16 @@ func nodeID(cfg Config) (string, error) {
 // cfg.NodeID of the store's registry with its node API at addr ("" =
 // none), and watches the registry for nodes whose lease ran out (package
 // cluster); stop ends both.
-func startCluster(ctx context.Context, cfg Config, db *store.DB, rts []runtime.Runtime, addr string) (stop func(), err error) {
+func startCluster(ctx context.Context, cfg Config, db *store.DB, rts []runtime.Runtime, addr string,
+	orch *atomic.Pointer[orchestrator.Orchestrator]) (stop func(), err error) {
 	log := cfg.Logger.With("node", cfg.NodeID)
-	w := &cluster.Watcher{Store: db, Log: log}
+	w := &cluster.Watcher{Store: db, Log: log, Lost: func(ctx context.Context, id string) {
+		if o := orch.Load(); o != nil {
+			if err := o.NodeLost(ctx, id); err != nil {
+				log.WarnContext(ctx, "cluster: reporting a lost node's sandboxes gone", "lost", id, "err", err)
+			}
+		}
+	}}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -79,7 +87,12 @@ func startCluster(ctx context.Context, cfg Config, db *store.DB, rts []runtime.R
 	}
 	reg := &cluster.Registrar{Store: db, Node: n, Log: log,
 		Lost: func(ctx context.Context) {
-			log.WarnContext(ctx, "cluster: this node was declared lost while its sandboxes ran; they are kept and it registers again")
+			log.WarnContext(ctx, "cluster: this node was declared lost while its sandboxes ran; killing those reported gone")
+			if o := orch.Load(); o != nil {
+				if err := o.KillOrphans(ctx); err != nil {
+					log.WarnContext(ctx, "cluster: killing sandboxes reported gone", "err", err)
+				}
+			}
 		}}
 	if err := reg.Register(ctx); err != nil {
 		stop()

@@ -70,6 +70,7 @@ type Front struct {
 
 	mu     sync.Mutex
 	routes map[string]route                  // sandbox ID → its node, for routeTTL
+	known  map[string]knownNode              // node ID → its registry entry, for nodeTTL
 	nodes  map[string]*httputil.ReverseProxy // node ID → its forwarder
 	tr     map[string]*http.Transport
 }
@@ -79,9 +80,20 @@ type route struct {
 	at   time.Time
 }
 
+type knownNode struct {
+	n  store.Node
+	at time.Time
+}
+
 // routeTTL bounds how long a sandbox's node is remembered: sandboxes do
 // not move, so it only bounds the map's growth and a deleted row's life.
-const routeTTL = 30 * time.Second
+// nodeTTL bounds how late a node's loss or new address is seen. While
+// the store does not answer, what is remembered is used however old, so
+// traffic to running sandboxes keeps flowing through an outage.
+const (
+	routeTTL = 30 * time.Second
+	nodeTTL  = 2 * time.Second
+)
 
 // New returns the front door of c.
 func New(c Config) *Front {
@@ -91,7 +103,7 @@ func New(c Config) *Front {
 	if c.Holds == nil {
 		c.Holds = func(string) bool { return false }
 	}
-	return &Front{c: c, routes: map[string]route{}, nodes: map[string]*httputil.ReverseProxy{}, tr: map[string]*http.Transport{}}
+	return &Front{c: c, routes: map[string]route{}, known: map[string]knownNode{}, nodes: map[string]*httputil.ReverseProxy{}, tr: map[string]*http.Transport{}}
 }
 
 // apiSandbox matches the REST paths about one sandbox.
@@ -141,7 +153,11 @@ func (f *Front) serveSandbox(w http.ResponseWriter, r *http.Request, id string, 
 		f.c.Local.ServeHTTP(w, r)
 		return
 	}
-	n, err := f.c.Store.GetNode(r.Context(), node)
+	n, err := f.node(r.Context(), node)
+	if err != nil && !errdefs.IsNotFound(err) {
+		errhttp.WriteError(w, fmt.Errorf("route sandbox %s: %w", id, err))
+		return
+	}
 	if err != nil || n.Lost || n.Addr == "" {
 		// A lost node's sandboxes are gone: answered as an unknown one.
 		f.c.Log.DebugContext(r.Context(), "front: sandbox on an unreachable node", "sandbox", id, "node", node, "err", err)
@@ -176,6 +192,9 @@ func (f *Front) nodeOf(ctx context.Context, id string) (string, error) {
 		return "", nil
 	}
 	if err != nil {
+		if ok { // the store does not answer: what was known still holds
+			return rt.node, nil
+		}
 		return "", err
 	}
 	f.mu.Lock()
@@ -185,6 +204,29 @@ func (f *Front) nodeOf(ctx context.Context, id string) (string, error) {
 	}
 	f.routes[id] = route{node: sb.NodeID, at: now}
 	return sb.NodeID, nil
+}
+
+// node is node id's registry entry, remembered for nodeTTL (and past it
+// while the store does not answer).
+func (f *Front) node(ctx context.Context, id string) (store.Node, error) {
+	now := time.Now()
+	f.mu.Lock()
+	k, ok := f.known[id]
+	f.mu.Unlock()
+	if ok && now.Sub(k.at) < nodeTTL {
+		return k.n, nil
+	}
+	n, err := f.c.Store.GetNode(ctx, id)
+	if err != nil {
+		if ok && !errdefs.IsNotFound(err) {
+			return k.n, nil
+		}
+		return store.Node{}, err
+	}
+	f.mu.Lock()
+	f.known[id] = knownNode{n: n, at: now}
+	f.mu.Unlock()
+	return n, nil
 }
 
 // forward sends r on to node n, streaming both ways.
@@ -213,6 +255,9 @@ func (f *Front) forwarder(n store.Node) *httputil.ReverseProxy {
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			f.c.Log.WarnContext(r.Context(), "front: node does not answer", "node", n.ID, "addr", n.Addr, "err", err)
+			f.mu.Lock()
+			delete(f.known, n.ID) // the next request reads its entry again (a restarted node may listen elsewhere)
+			f.mu.Unlock()
 			if r.Context().Err() != nil {
 				return
 			}

@@ -24,10 +24,14 @@ type fakeStore struct {
 	nodes     map[string]store.NodeLoad
 	sandboxes map[string]string // ID → node
 	gets      atomic.Int32
+	down      atomic.Bool // every read fails as in a store outage
 }
 
 func (s *fakeStore) GetSandbox(_ context.Context, id string) (store.Sandbox, error) {
 	s.gets.Add(1)
+	if s.down.Load() {
+		return store.Sandbox{}, errdefs.ErrUnavailable
+	}
 	n, ok := s.sandboxes[id]
 	if !ok {
 		return store.Sandbox{}, errdefs.ErrNotFound
@@ -36,6 +40,9 @@ func (s *fakeStore) GetSandbox(_ context.Context, id string) (store.Sandbox, err
 }
 
 func (s *fakeStore) GetNode(_ context.Context, id string) (store.Node, error) {
+	if s.down.Load() {
+		return store.Node{}, errdefs.ErrUnavailable
+	}
 	n, ok := s.nodes[id]
 	if !ok {
 		return store.Node{}, errdefs.ErrNotFound
@@ -58,7 +65,7 @@ func (s *fakeStore) GetTemplate(_ context.Context, id string) (store.Template, e
 // cluster is a CA and the TLS configs of its members.
 type testCluster struct{ is *join.Issuer }
 
-func newCluster(t *testing.T) *testCluster {
+func newTestCluster(t *testing.T) *testCluster {
 	ca, err := tlsca.Open(filepath.Join(t.TempDir(), "ca"), "cluster")
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +116,7 @@ func do(t *testing.T, h http.Handler, method, path string, hdr map[string]string
 }
 
 func TestRouting(t *testing.T) {
-	c := newCluster(t)
+	c := newTestCluster(t)
 	st := &fakeStore{nodes: map[string]store.NodeLoad{
 		"b": c.node(t, "b", answer("b", 200)),
 		"c": c.node(t, "c", answer("c", 200)),
@@ -152,7 +159,7 @@ func TestRouting(t *testing.T) {
 }
 
 func TestCreatePlacement(t *testing.T) {
-	c := newCluster(t)
+	c := newTestCluster(t)
 	for _, tc := range []struct {
 		name     string
 		b, cc    int // statuses of nodes b and c
@@ -193,7 +200,7 @@ func TestCreatePlacement(t *testing.T) {
 // A node that does not answer is 503 (it may come back), and a peer whose
 // certificate is not the cluster CA's is not talked to.
 func TestUnreachableAndStrangers(t *testing.T) {
-	c, other := newCluster(t), newCluster(t)
+	c, other := newTestCluster(t), newTestCluster(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -210,5 +217,34 @@ func TestUnreachableAndStrangers(t *testing.T) {
 		if code, body := do(t, f, "GET", "/sandboxes/"+id, nil); code != 503 || strings.Contains(body, "stranger") {
 			t.Errorf("%s: %d %q, want 503", id, code, body)
 		}
+	}
+}
+
+// While the store does not answer, sandboxes whose node was known keep
+// their traffic (however old what is known); others get 503.
+func TestStoreOutage(t *testing.T) {
+	c := newTestCluster(t)
+	st := &fakeStore{nodes: map[string]store.NodeLoad{"b": c.node(t, "b", answer("b", 200))},
+		sandboxes: map[string]string{"onb": "b", "other": "b"}}
+	f := New(Config{Self: "a", Local: answer("local", 200), Store: st, TLS: c.tls(t, "a")})
+	if code, body := do(t, f, "GET", "/sandboxes/onb", nil); code != 200 || !strings.Contains(body, "b GET") {
+		t.Fatalf("before the outage: %d %q", code, body)
+	}
+	st.down.Store(true)
+	f.mu.Lock()
+	for id, r := range f.routes {
+		r.at = time.Time{}
+		f.routes[id] = r
+	}
+	for id, k := range f.known {
+		k.at = time.Time{}
+		f.known[id] = k
+	}
+	f.mu.Unlock()
+	if code, body := do(t, f, "GET", "/sandboxes/onb", nil); code != 200 || !strings.Contains(body, "b GET") {
+		t.Errorf("during the outage, a known sandbox: %d %q, want it forwarded", code, body)
+	}
+	if code, _ := do(t, f, "GET", "/sandboxes/other", nil); code != 503 {
+		t.Errorf("during the outage, an unknown route: %d, want 503", code)
 	}
 }
