@@ -57,7 +57,7 @@ func TestCluster(t *testing.T) {
 	// The API server signs its own certificate with the CA it shares with
 	// node-a (copied, as an API server's is).
 	copyDir(t, filepath.Join(dirA, "cluster-ca"), filepath.Join(dirF, "cluster-ca"))
-	f := startScoped(t, dirF, []string{"--store", dsn, "--node-id", "front", "--role", "api", "--scope", "6"})
+	f := startScoped(t, dirF, []string{"--store", dsn, "--node-id", "front", "--role", "api", "--node-addr", "127.0.0.1:0", "--scope", "6"})
 	servers := map[string]*realServer{"node-a": a, "node-b": b, "front": f}
 	for _, s := range servers {
 		s.key = a.key
@@ -105,6 +105,7 @@ func TestCluster(t *testing.T) {
 			t.Errorf("%s: get of an unknown sandbox: %v, want not found", name, err)
 		}
 	}
+	templatesAcrossNodes(t, dsn, servers, dirA, dirB)
 	// The node API answers only the cluster's members: a client without a
 	// certificate of the cluster CA gets no TLS session.
 	var nodeAddr string
@@ -302,4 +303,71 @@ func nodeOf(t *testing.T, dsn, id string) string {
 		t.Fatalf("node of %s: %v", id, err)
 	}
 	return node
+}
+
+// templatesAcrossNodes builds a template through the API server (which
+// holds no sandbox) and starts sandboxes of it on both nodes: each copies
+// the tree from the API server once and checks its digest; a tree
+// changed on the builder's disk after the build is refused everywhere.
+func templatesAcrossNodes(t *testing.T, dsn string, servers map[string]*realServer, dirA, dirB string) {
+	ctx := context.Background()
+	f := servers["front"]
+	dir := t.TempDir()
+	df := filepath.Join(dir, "Dockerfile")
+	if err := os.WriteFile(df, []byte("FROM base\nRUN echo built-on-front > /built.txt\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if out, errOut, code, err := runCLI("template", "build", "--dockerfile", df, "--name", "clustered",
+		"--api-url", f.base, "--api-key", f.key); err != nil || code != 0 {
+		t.Fatalf("template build through the API server: %v (code %d)\n%s\n%s\n%s", err, code, out, errOut, f.out.String())
+	}
+	t.Logf("template built through the API server in %v", time.Since(start).Round(100*time.Millisecond))
+	var node, digest, rootfs string
+	if err := pgtest.Open(t, dsn).QueryRowContext(ctx, `SELECT node_id, digest, rootfs_dir FROM templates WHERE name = 'clustered'`).
+		Scan(&node, &digest, &rootfs); err != nil || node != "front" || len(digest) != 64 {
+		t.Fatalf("template row: node %q digest %q: %v", node, digest, err)
+	}
+	// Changed on the builder's disk: no node uses it.
+	built := filepath.Join(rootfs, "built.txt")
+	fi, err := os.Stat(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig, _ := os.ReadFile(built)
+	if err := os.WriteFile(built, []byte("tampered\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.client().CreateSandbox(ctx, moat.CreateOptions{Template: "clustered", Timeout: time.Minute})
+	if err == nil || !strings.Contains(err.Error(), "digest") {
+		t.Fatalf("create from a tampered template: %v, want a refusal naming the digest", err)
+	}
+	if err := os.WriteFile(built, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(built, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]bool{}
+	start = time.Now()
+	for range 4 {
+		sb, err := f.client().CreateSandbox(ctx, moat.CreateOptions{Template: "clustered", Timeout: 5 * time.Minute})
+		if err != nil {
+			t.Fatalf("create from the template built on the API server: %v", err)
+		}
+		t.Cleanup(func() { _ = f.client().Kill(context.Background(), sb.ID) })
+		nodes[nodeOf(t, dsn, sb.ID)] = true
+		if out := runIn(t, sb, "cat /built.txt"); !strings.Contains(out, "built-on-front") {
+			t.Fatalf("the template's file in %s: %q", sb.ID, out)
+		}
+	}
+	t.Logf("4 sandboxes of it on %d nodes, each node copying the tree once, in %v", len(nodes), time.Since(start).Round(100*time.Millisecond))
+	if !nodes["node-a"] || !nodes["node-b"] {
+		t.Errorf("sandboxes of the template ran on %v, want both nodes", nodes)
+	}
+	for _, d := range []string{dirA, dirB} {
+		if m, _ := filepath.Glob(filepath.Join(d, "cluster-templates", "*-"+digest[:16], "rootfs", "built.txt")); len(m) != 1 {
+			t.Errorf("no checked copy of the template in %s", d)
+		}
+	}
 }

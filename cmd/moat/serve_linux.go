@@ -61,7 +61,8 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&cfg.NodeAddr, "node-addr", envOr("", "MOAT_NODE_ADDR"),
 		"where this node's API listens for the cluster's servers, HOST:PORT that they can dial (mutual TLS under "+
 			"the cluster CA; the certificate of `moat cluster join --dir DATA-DIR/cluster-node`, else one from "+
-			"DATA-DIR/cluster-ca); setting it lets servers share the store (env MOAT_NODE_ADDR)")
+			"DATA-DIR/cluster-ca); setting it lets servers share the store. An API server's serves the templates "+
+			"built on it to the nodes (env MOAT_NODE_ADDR)")
 	f.StringVar(&cfg.Runtime, "runtime", envOr("", "MOAT_RUNTIME"),
 		"sandbox runtimes, comma-separated, run side by side: container (crun or runc), gvisor (runsc), "+
 			"vm (QEMU microVMs). The first is the default; a create runs on the runtime its metadata "+

@@ -74,6 +74,12 @@ func requireRealServer(t testing.TB) string {
 		moatBin = filepath.Join(d, "moat")
 		if out, err := exec.Command("go", "build", "-o", moatBin, ".").CombinedOutput(); err != nil {
 			moatBinErr = fmt.Errorf("go build: %v: %s", err, out)
+			return
+		}
+		// envd beside moat, where a server looks for the one it installs
+		// into templates built over the API.
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(d, "envd"), "github.com/moatsh/moat/cmd/envd").CombinedOutput(); err != nil {
+			moatBinErr = fmt.Errorf("go build envd: %v: %s", err, out)
 		}
 	})
 	if moatBinErr != nil {

@@ -136,9 +136,6 @@ func (c *Config) Validate() error {
 	if c.roles, err = ParseRoles(c.Role); err != nil {
 		return fmt.Errorf("app: %w", err)
 	}
-	if !c.roles.Node && c.NodeAddr != "" {
-		return errors.New("app: --node-addr is a node's: a server with --role api has no node API")
-	}
 	return nil
 }
 
@@ -210,7 +207,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer stopCluster()
-	orch, err := newOrchestrator(cfg, db, rts, egressCA, hooks.Record)
+	orch, err := newOrchestrator(cfg, newNodeTemplates(cfg, db, node.tls), rts, egressCA, hooks.Record)
 	if err != nil {
 		return err
 	}
@@ -259,7 +256,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	orch.OnRemove(px.CloseSandbox) // a removed sandbox's streams end at once
 	local := localHandler(withJoin(api, joins), px)
 	srv := newHTTPServer(node.front(cfg, local, orch, db), log)
-	defer node.serve(local, log)()
+	defer node.serve(serveArtefacts(db, cfg.NodeID, local), log)()
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
@@ -292,6 +289,9 @@ func newBuilds(ctx context.Context, cfg Config, db *store.DB, brt runtime.Runtim
 		envd = ""
 	}
 	bc := build.Config{DB: db, DataDir: cfg.DataDir, EnvdPath: envd, Logger: cfg.Logger}
+	if cfg.clustered() { // other nodes copy what is built here (nodeapi.go)
+		bc.NodeID = cfg.NodeID
+	}
 	if runner, err := build.NewSandboxRunner(brt, cfg.EnvdPort, cfg.Logger); err != nil {
 		bc.NoRunner = err
 	} else {
@@ -346,7 +346,7 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 // cfg.Admission.Concurrency heavy operations at once, and creates refused
 // (503) once the live sandboxes' reservations fill cfg.Capacity's model of
 // the host.
-func newOrchestrator(cfg Config, db *store.DB, rts []runtime.Runtime, egressCA []byte,
+func newOrchestrator(cfg Config, db orchestrator.Store, rts []runtime.Runtime, egressCA []byte,
 	onEvent func(context.Context, events.Event)) (*orchestrator.Orchestrator, error) {
 	var orch *orchestrator.Orchestrator
 	capacity := cfg.Capacity

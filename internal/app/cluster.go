@@ -54,7 +54,8 @@ func nodeID(cfg Config) (string, error) {
 	return h, nil
 }
 
-// startCluster registers this server, when it is a node, as node
+// startCluster registers this server, when it is a node or has a node
+// API (an API server's serves the templates built on it), as node
 // cfg.NodeID of the store's registry with its node API at addr ("" =
 // none), and watches the registry for nodes whose lease ran out (package
 // cluster); stop ends both.
@@ -73,13 +74,15 @@ func startCluster(ctx context.Context, cfg Config, db *store.DB, rts []runtime.R
 	wg.Add(1)
 	go func() { defer wg.Done(); w.Run(ctx) }()
 	stop = func() { cancel(); wg.Wait() }
-	if !cfg.roles.Node {
+	if !cfg.roles.Node && addr == "" {
 		log.Info("cluster: an API server: no sandboxes here, placement uses the registry's nodes")
 		return stop, nil
 	}
-	var names []string
+	var names []string // an API server registers with none: its node API serves the templates built on it
 	for _, rt := range rts {
-		names = append(names, rt.Name())
+		if cfg.roles.Node {
+			names = append(names, rt.Name())
+		}
 	}
 	n := store.Node{ID: cfg.NodeID, Addr: addr, Runtimes: names, CPUs: goruntime.NumCPU(), Version: version()}
 	if hf, err := admission.HostFiguresFor(cfg.DataDir)(); err == nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/build/layercache"
+	"github.com/moatsh/moat/internal/cluster/artefact"
 	"github.com/moatsh/moat/internal/envd/state"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/oci"
@@ -27,6 +28,11 @@ type Config struct {
 	Logger   *slog.Logger
 	// Timeout bounds one build (default 30 minutes).
 	Timeout time.Duration
+	// NodeID, in a cluster, is this server's node: a finished template
+	// records it with its tree's digest (package cluster/artefact), so
+	// that other nodes copy the tree from here and check it. "" = a
+	// server alone.
+	NodeID string
 	// Runner runs RUN steps; nil refuses them with NoRunner (an error of
 	// kind errdefs.ErrNotImplemented saying why).
 	Runner   Runner
@@ -284,6 +290,12 @@ func (m *Manager) execute(ctx context.Context, b store.Build, plan Plan, start t
 	// The last line is logged before the build is ready: the SDK stops
 	// polling the log then.
 	m.logf(b.ID, "info", "", "build finished in %s", time.Since(start).Round(time.Millisecond))
+	if m.cfg.NodeID != "" {
+		if t.Digest, err = artefact.Digest(rootfs); err != nil {
+			return "finalize", err
+		}
+		t.NodeID = m.cfg.NodeID
+	}
 	if err := m.cfg.DB.FinishBuild(ctx, b, t, cfg); err != nil {
 		return "finalize", err
 	}

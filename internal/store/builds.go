@@ -186,13 +186,13 @@ func (d *DB) FinishBuild(ctx context.Context, b Build, t Template, cfg TemplateC
 	}
 	now := toUnix(time.Now())
 	_, err = tx.ExecContext(ctx, `INSERT INTO templates (`+templateCols+`, team, config)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?, ?, ?)
 		ON CONFLICT(id) DO UPDATE SET build_id=excluded.build_id, rootfs_dir=excluded.rootfs_dir,
 			cpu_count=excluded.cpu_count, memory_mb=excluded.memory_mb, disk_size_mb=excluded.disk_size_mb,
 			envd_version=excluded.envd_version, runtime=excluded.runtime, updated_at=excluded.updated_at,
-			config=excluded.config`,
+			config=excluded.config, node_id=excluded.node_id, digest=excluded.digest`,
 		b.TemplateID, b.Name, b.ID, t.RootfsDir, t.CPUCount, t.MemoryMB, t.DiskSizeMB,
-		t.EnvdVersion, t.Runtime, now, now, b.Team, string(conf))
+		t.EnvdVersion, t.Runtime, now, now, t.NodeID, t.Digest, b.Team, string(conf))
 	if err != nil {
 		return fmt.Errorf("finish build %s: register template: %w", b.ID, err)
 	}

@@ -25,10 +25,16 @@ type Template struct {
 	UpdatedAt     time.Time
 	SpawnCount    int
 	LastSpawnedAt *time.Time
+	// NodeID is the node that built the template and holds RootfsDir
+	// ("" = every node has it there, as the built-in templates); Digest is
+	// the tree's digest (package cluster/artefact), with which another
+	// node checks its copy.
+	NodeID string
+	Digest string
 }
 
 const templateCols = `id, name, build_id, rootfs_dir, cpu_count, memory_mb, disk_size_mb,
-	envd_version, runtime, created_at, updated_at, spawn_count, last_spawned_at`
+	envd_version, runtime, created_at, updated_at, spawn_count, last_spawned_at, node_id, digest`
 
 // UpsertTemplate inserts t or, when a template with t.Name exists, updates
 // it in place (keeping its ID, CreatedAt and spawn statistics). An empty
@@ -42,12 +48,13 @@ func (d *DB) UpsertTemplate(ctx context.Context, t Template) error {
 	}
 	now := time.Now()
 	_, err := d.w.ExecContext(ctx, `INSERT INTO templates (`+templateCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?)
 		ON CONFLICT(name) DO UPDATE SET build_id=excluded.build_id, rootfs_dir=excluded.rootfs_dir,
 			cpu_count=excluded.cpu_count, memory_mb=excluded.memory_mb, disk_size_mb=excluded.disk_size_mb,
-			envd_version=excluded.envd_version, runtime=excluded.runtime, updated_at=excluded.updated_at`,
+			envd_version=excluded.envd_version, runtime=excluded.runtime, updated_at=excluded.updated_at,
+			node_id=excluded.node_id, digest=excluded.digest`,
 		t.ID, t.Name, t.BuildID, t.RootfsDir, t.CPUCount, t.MemoryMB, t.DiskSizeMB,
-		t.EnvdVersion, t.Runtime, toUnix(now), toUnix(now))
+		t.EnvdVersion, t.Runtime, toUnix(now), toUnix(now), t.NodeID, t.Digest)
 	if err != nil {
 		return fmt.Errorf("upsert template %s: %w", t.Name, err)
 	}
@@ -127,7 +134,7 @@ func scanTemplate(s scanner) (Template, error) {
 	var created, updated int64
 	var last sql.NullInt64
 	err := s.Scan(&t.ID, &t.Name, &t.BuildID, &t.RootfsDir, &t.CPUCount, &t.MemoryMB, &t.DiskSizeMB,
-		&t.EnvdVersion, &t.Runtime, &created, &updated, &t.SpawnCount, &last)
+		&t.EnvdVersion, &t.Runtime, &created, &updated, &t.SpawnCount, &last, &t.NodeID, &t.Digest)
 	if err != nil {
 		return t, err
 	}

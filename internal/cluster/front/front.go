@@ -366,7 +366,7 @@ func (f *Front) candidates(ctx context.Context, need cluster.Need) ([]store.Node
 		if l.ID == f.c.Self {
 			return !f.c.Node
 		}
-		return l.Addr == ""
+		return l.Addr == "" || len(l.Runtimes) == 0 // an API server's node API serves templates only
 	})
 	var out []store.Node
 	for len(loads) > 0 {
