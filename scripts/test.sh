@@ -224,6 +224,8 @@ if [ "$tier" = full ]; then
     go test ./cmd/moat/ -run '^$' -bench BenchmarkStoreCreateFirstCommand -benchtime=1x -count=1 -timeout 20m
   bench "benchmark: placement on PostgreSQL with 10, 100 and 500 nodes (BenchmarkPlacement)" \
     go test ./internal/cluster/ -run '^$' -bench BenchmarkPlacement -benchtime=1x -count=1 -timeout 10m
+  bench "benchmark: the cluster by simulation, 2,000 creates with 10, 100 and 500 nodes (moat bench --cluster)" \
+    bin/moat bench --cluster --nodes 10,100,500 --sandboxes 2000
   bench "benchmark: the interpreter's round trip and the microVM accelerator choice" \
     go test ./test/interpreter/ ./internal/runtime/vm/ -run '^$' -bench 'BenchmarkLatency|BenchmarkAccelAuto' -benchtime=1x -count=1 -timeout 20m
   bench "fuzz: every Go fuzz target for 10 s, the NFS server's RPC decoder for 60 s (scripts/fuzz.sh)" \
@@ -383,6 +385,27 @@ fi
 if [[ "$rts" == *" container "* && "$rts" == *" vm "* ]]; then
   set -- $(pick volumes)
   [ $# -gt 0 ] && e2e "container,vm" "container,vm" volumes
+fi
+
+# The SDK suites that need no particular runtime through an API server in
+# front of two nodes, each server in its own network namespace on a bridge
+# (scripts/cluster.sh; docs/cluster.md).
+if [ "$tier" = full ]; then
+  set -- $(pick commands files pty lifecycle errors concurrency pause interpreter fork events)
+  if [ $# -gt 0 ]; then
+    log "cluster: PostgreSQL, node-a (api,node), node-b (node) and an API server in three network namespaces (scripts/cluster.sh)"
+    cdir="$work/cluster"
+    mkdir -p "$cdir"
+    if scripts/cluster.sh up "$cdir" "$MOAT_DATA_DIR"; then
+      # shellcheck source=/dev/null
+      source "$cdir/env"
+      e2e cluster container "$@"
+      unset MOAT_E2E_API_URL MOAT_E2E_API_KEY
+    else
+      failed+=("cluster: start")
+    fi
+    scripts/cluster.sh down "$cdir" || failed+=("cluster: spread or leftovers")
+  fi
 fi
 
 log "final host leak check"

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httputil"
 	"regexp"
@@ -368,6 +369,9 @@ func (f *Front) candidates(ctx context.Context, need cluster.Need) ([]store.Node
 		}
 		return l.Addr == "" || len(l.Runtimes) == 0 // an API server's node API serves templates only
 	})
+	// Placement breaks a tie by the order it is given (the smallest ID
+	// first): shuffled, creates one after another spread over equal nodes.
+	rand.Shuffle(len(loads), func(i, j int) { loads[i], loads[j] = loads[j], loads[i] })
 	var out []store.Node
 	for len(loads) > 0 {
 		id, err := f.c.Placement.Pick(loads, need)
