@@ -177,10 +177,11 @@ type querier interface {
 }
 
 func nodeLoads(ctx context.Context, q querier) ([]NodeLoad, error) {
+	// node_loads is kept by triggers on sandboxes (migration 0014): one
+	// row per node, however many sandboxes there are.
 	rows, err := q.QueryContext(ctx, `SELECT n.id, n.addr, n.runtimes, n.memory_mb, n.cpus, n.version, n.started_at,
-		n.lease_until, n.lost, CAST(COALESCE(SUM(s.memory_mb), 0) AS BIGINT), COUNT(s.id)
-		FROM nodes n LEFT JOIN sandboxes s ON s.node_id = n.id AND s.state != ?
-		GROUP BY n.id ORDER BY n.id`, StatePaused)
+		n.lease_until, n.lost, COALESCE(l.reserved_mb, 0), COALESCE(l.sandboxes, 0)
+		FROM nodes n LEFT JOIN node_loads l ON l.node_id = n.id ORDER BY n.id`)
 	if err != nil {
 		return nil, fmt.Errorf("node loads: %w", err)
 	}

@@ -58,6 +58,10 @@ type Store interface {
 	// GetNode returns node id (errdefs.ErrNotFound); DeleteNode forgets it.
 	GetNode(ctx context.Context, id string) (store.Node, error)
 	DeleteNode(ctx context.Context, id string) error
+	// NodeLoads returns every registered node with the memory and number
+	// of its sandboxes that are not paused (what the cluster's front door
+	// places by).
+	NodeLoads(ctx context.Context) ([]store.NodeLoad, error)
 }
 
 // Run runs the suite; open returns a new, empty store for each test (and
@@ -85,6 +89,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Deliveries", deliveries},
 		{"Nodes", nodes},
 		{"SandboxNodes", sandboxNodes},
+		{"NodeLoads", nodeLoads},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
