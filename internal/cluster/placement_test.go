@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -52,6 +54,76 @@ func TestPick(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRank: Rank's order is the one repeated Picks give, each chosen node
+// taken out (what the front door's candidates did), over random loads
+// with ties, full, lost, expired and other-runtime nodes; with no node
+// that fits, its error is Pick's.
+func TestRank(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	p := Placement{Now: func() time.Time { return now }}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		loads := make([]store.NodeLoad, rng.IntN(40))
+		for i := range loads {
+			l := store.NodeLoad{Node: store.Node{ID: fmt.Sprintf("n%02d", i), MemoryMB: 256 * rng.IntN(4),
+				Runtimes: []string{[]string{"container", "vm"}[rng.IntN(2)]}, LeaseUntil: now.Add(time.Second)},
+				ReservedMB: 256 * rng.IntN(8), Sandboxes: rng.IntN(3)}
+			switch rng.IntN(10) {
+			case 0:
+				l.Lost = true
+			case 1:
+				l.LeaseUntil = now
+			}
+			loads[i] = l
+		}
+		need := Need{MemoryMB: 256, Runtime: []string{"", "container", "gvisor"}[rng.IntN(3)]}
+		var want []string
+		rest := slices.Clone(loads)
+		id, wantErr := p.Pick(rest, need)
+		for err := wantErr; err == nil; id, err = p.Pick(rest, need) {
+			want = append(want, id)
+			rest = slices.DeleteFunc(rest, func(l store.NodeLoad) bool { return l.ID == id })
+		}
+		got, err := p.Rank(loads, need)
+		if !slices.Equal(got, want) || (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
+			t.Fatalf("round %d: Rank = %v, %v; repeated Picks = %v, %v", round, got, err, want, wantErr)
+		}
+	}
+}
+
+// BenchmarkCandidates: a create's candidate order with 500 nodes by
+// repeated Picks (O(N²), as the front door's candidates computed it) and
+// by Rank.
+func BenchmarkCandidates(b *testing.B) {
+	now := time.Now()
+	loads := make([]store.NodeLoad, 500)
+	for i := range loads {
+		loads[i] = store.NodeLoad{Node: store.Node{ID: fmt.Sprintf("n%03d", i), MemoryMB: 1 << 16,
+			Runtimes: []string{"container"}, LeaseUntil: now.Add(time.Hour)}, ReservedMB: 512 * (i % 7), Sandboxes: i % 7}
+	}
+	p, need := Placement{}, Need{MemoryMB: 512}
+	b.Run("repeated-pick", func(b *testing.B) {
+		for b.Loop() {
+			rest := slices.Clone(loads)
+			for len(rest) > 0 {
+				id, err := p.Pick(rest, need)
+				if err != nil {
+					b.Fatal(err)
+				}
+				i := slices.IndexFunc(rest, func(l store.NodeLoad) bool { return l.ID == id })
+				rest = slices.Delete(rest, i, i+1)
+			}
+		}
+	})
+	b.Run("rank", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := p.Rank(loads, need); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // TestPlaceNeverOverbooks: two stores on one database (two API servers)

@@ -41,12 +41,16 @@ func New(sh Shared) *cobra.Command {
 		runtimes []string
 		startRT  string
 		ttiMode  string
+		clu      clusterConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure create→first command (median, p99) against a bare runc/crun run",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if clu.on {
+				return benchCluster(cmd, clu, verbose)
+			}
 			dataDir := sh.DataDir()
 			if vmJail {
 				return benchJail(cmd, dataDir, sh.Backends(), tmpl, n)
@@ -111,7 +115,9 @@ func New(sh Shared) *cobra.Command {
 		"time to interactive (create + first command) of --count sandboxes (default 100) through a running server, "+
 			"after ComputeSDK's methodology: sequential, staggered (200 ms apart), burst (all at once) or all; "+
 			"--runtime picks the runtime (create metadata moat.runtime)")
-	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "with --template-build: print every build's log; with --start: the in-process server's debug log (each create's steps)")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "with --template-build: print every build's log; with --start: the in-process server's debug log (each create's steps); "+
+		"with --cluster: each run's statements")
+	clu.register(cmd)
 	cmd.Flags().StringSliceVar(&runtimes, "runtimes", nil,
 		"measure create→first command on each of these runtimes (create metadata moat.runtime) of a server "+
 			"running them all, e.g. container,gvisor,vm")
