@@ -3,7 +3,6 @@ package cluster
 import (
 	"cmp"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
@@ -69,8 +68,10 @@ func (p Placement) Rank(loads []store.NodeLoad, need Need) ([]string, error) {
 	if len(cs) == 0 {
 		return nil, f.none(need)
 	}
-	slices.SortFunc(cs, func(a, b cand) int {
-		return cmp.Or(cmp.Compare(b.free, a.free), cmp.Compare(a.sbxs, b.sbxs), strings.Compare(a.id, b.id))
+	// Stable: a tie keeps the order of loads, as in Pick (NodeLoads' is
+	// by ID; the front door shuffles it so that equal nodes share creates).
+	slices.SortStableFunc(cs, func(a, b cand) int {
+		return cmp.Or(cmp.Compare(b.free, a.free), cmp.Compare(a.sbxs, b.sbxs))
 	})
 	out := make([]string, len(cs))
 	for i, c := range cs {

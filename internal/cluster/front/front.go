@@ -372,18 +372,17 @@ func (f *Front) candidates(ctx context.Context, need cluster.Need) ([]store.Node
 	// Placement breaks a tie by the order it is given (the smallest ID
 	// first): shuffled, creates one after another spread over equal nodes.
 	rand.Shuffle(len(loads), func(i, j int) { loads[i], loads[j] = loads[j], loads[i] })
-	var out []store.Node
-	for len(loads) > 0 {
-		id, err := f.c.Placement.Pick(loads, need)
-		if err != nil {
-			if len(out) > 0 {
-				return out, nil
-			}
-			return nil, err
-		}
-		i := slices.IndexFunc(loads, func(l store.NodeLoad) bool { return l.ID == id })
-		out = append(out, loads[i].Node)
-		loads = slices.Delete(loads, i, i+1)
+	ids, err := f.c.Placement.Rank(loads, need)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]store.Node, len(loads))
+	for _, l := range loads {
+		byID[l.ID] = l.Node
+	}
+	out := make([]store.Node, len(ids))
+	for i, id := range ids {
+		out[i] = byID[id]
 	}
 	return out, nil
 }

@@ -248,3 +248,19 @@ func TestStoreOutage(t *testing.T) {
 		t.Errorf("during the outage, an unknown route: %d, want 503", code)
 	}
 }
+
+// Creates one after another over equal nodes spread (placement's tie
+// goes to a node at random, not always the first by ID).
+func TestCreatesSpread(t *testing.T) {
+	c := newTestCluster(t)
+	st := &fakeStore{nodes: map[string]store.NodeLoad{"b": c.node(t, "b", answer("b", 200)), "c": c.node(t, "c", answer("c", 200))}}
+	f := New(Config{Self: "a", Local: answer("local", 201), Store: st, TLS: c.tls(t, "a")})
+	got := map[string]int{}
+	for range 40 {
+		_, body := do(t, f, "POST", "/sandboxes", nil)
+		got[body[:1]]++
+	}
+	if got["b"] < 5 || got["c"] < 5 {
+		t.Errorf("40 creates over two equal nodes: %v", got)
+	}
+}
