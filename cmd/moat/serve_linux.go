@@ -63,6 +63,8 @@ func newServeCmd() *cobra.Command {
 			"the cluster CA; the certificate of `moat cluster join --dir DATA-DIR/cluster-node`, else one from "+
 			"DATA-DIR/cluster-ca); setting it lets servers share the store. An API server's serves the templates "+
 			"built on it to the nodes (env MOAT_NODE_ADDR)")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", envOr("", "MOAT_METRICS_ADDR"),
+		"where Prometheus' /metrics listens, HOST:PORT, a listener apart from --addr's (env MOAT_METRICS_ADDR; default: off)")
 	f.StringVar(&cfg.Runtime, "runtime", envOr("", "MOAT_RUNTIME"),
 		"sandbox runtimes, comma-separated, run side by side: container (crun or runc), gvisor (runsc), "+
 			"vm (QEMU microVMs). The first is the default; a create runs on the runtime its metadata "+

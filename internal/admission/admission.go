@@ -89,6 +89,7 @@ type Controller struct {
 	waiting int                  // foreground waiters
 	bg      []*waiter            // background waiters, oldest first
 	avg     time.Duration        // moving average of an operation's length
+	refused Refusals             // guarded by mu
 }
 
 // waiter is one queued request; ready closes when it got a slot.
@@ -153,6 +154,9 @@ func (c *Controller) Admit(ctx context.Context, r Request) (release func(), err 
 	if c.cfg.Room != nil && r.Need != (Need{}) {
 		if err := c.cfg.Room(r.Need); err != nil {
 			release()
+			c.mu.Lock()
+			c.refused.Room++
+			c.mu.Unlock()
 			return nil, &RetryError{After: 5 * c.cfg.RetryAfter, Err: errdefs.WithCode(fmt.Errorf(
 				"%s: the host has no room for another sandbox (%w): %w", r.Op, err, errdefs.ErrUnavailable), errdefs.CodeCapacityUnavailable)}
 		}
@@ -198,6 +202,7 @@ func (c *Controller) refuse(ctx context.Context, r Request) error {
 		return nil // runs at once
 	}
 	if c.waiting >= c.cfg.Queue {
+		c.refused.QueueFull++
 		return &RetryError{After: c.retryAfter(c.expected(c.waiting)), Err: errdefs.WithCode(errdefs.Publicf(errdefs.ErrResourceExhausted,
 			"%s: the server is at capacity (%d running, %d waiting); retry later", r.Op, c.running, c.waiting), errdefs.CodeCapacityUnavailable)}
 	}
@@ -206,6 +211,7 @@ func (c *Controller) refuse(ctx context.Context, r Request) error {
 		budget = min(budget, time.Until(dl))
 	}
 	if exp := c.expected(c.ahead(r.Team) + 1); exp > budget {
+		c.refused.Wait++
 		return &RetryError{After: c.retryAfter(exp - budget), Err: errdefs.WithCode(errdefs.Publicf(errdefs.ErrResourceExhausted,
 			"%s: the server is at capacity (%d running, %d waiting, about %s to wait, more than %s); retry later",
 			r.Op, c.running, c.waiting, exp.Round(100*time.Millisecond), budget.Round(100*time.Millisecond)), errdefs.CodeCapacityUnavailable)}
@@ -350,4 +356,18 @@ func (c *Controller) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return Stats{Running: c.running, Waiting: c.waiting + len(c.bg)}
+}
+
+// Refusals counts the requests refused since New, by reason.
+type Refusals struct {
+	QueueFull uint64 // 429: Queue requests were already waiting
+	Wait      uint64 // 429: the expected wait was longer than MaxWait or the client's deadline
+	Room      uint64 // 503: Room refused when the turn came
+}
+
+// Refusals returns the refusals so far (for metrics).
+func (c *Controller) Refusals() Refusals {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refused
 }

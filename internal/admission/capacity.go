@@ -107,3 +107,18 @@ func parseMeminfo(r io.Reader) (total, avail int, err error) {
 	}
 	return total, avail, nil
 }
+
+// Limit is what sandboxes may reserve in all before creates are refused:
+// the overcommit factors times the host's memory and the data dir's
+// filesystem (the free floors aside).
+func (c Capacity) Limit() (Need, error) {
+	c = c.withDefaults()
+	if c.Host == nil {
+		return Need{}, fmt.Errorf("admission: Capacity.Host is not set")
+	}
+	h, err := c.Host()
+	if err != nil {
+		return Need{}, fmt.Errorf("reading host capacity: %w", err)
+	}
+	return Need{MemoryMiB: int(c.MemOvercommit * float64(h.MemTotal)), DiskMiB: int(c.DiskOvercommit * float64(h.DiskTotal))}, nil
+}

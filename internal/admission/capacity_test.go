@@ -74,3 +74,23 @@ func TestHostFiguresForReadsTheHost(t *testing.T) {
 		t.Fatalf("host figures %+v", h)
 	}
 }
+
+func TestCapacityLimit(t *testing.T) {
+	host := func() (HostFigures, error) { return HostFigures{MemTotal: 1000, DiskTotal: 10000}, nil }
+	for _, tc := range []struct {
+		name string
+		c    Capacity
+		want Need
+	}{
+		{"defaults", Capacity{Host: host}, Need{MemoryMiB: 4000, DiskMiB: 80000}},
+		{"configured", Capacity{Host: host, MemOvercommit: 1.5, DiskOvercommit: 1}, Need{MemoryMiB: 1500, DiskMiB: 10000}},
+	} {
+		got, err := tc.c.Limit()
+		if err != nil || got != tc.want {
+			t.Errorf("%s: Limit = %+v, %v; want %+v", tc.name, got, err, tc.want)
+		}
+	}
+	if _, err := (Capacity{}).Limit(); err == nil {
+		t.Error("Limit without Host: want an error")
+	}
+}

@@ -94,6 +94,9 @@ type Config struct {
 	// are not public (loopback, private, this host's addresses: refused
 	// otherwise; see package webhook).
 	WebhookAllow []netip.Prefix
+	// MetricsAddr is where /metrics listens (HOST:PORT; "" = off), apart
+	// from the API's listener (metrics.go).
+	MetricsAddr string
 }
 
 // Validate fills defaults and checks required fields.
@@ -252,9 +255,14 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err := recoverVolumes(ctx, db, api, cfg.NodeID); err != nil { // volumes.go
 		log.Warn("volumes of recovered sandboxes", "err", err)
 	}
+	mx, stopMetrics, err := startMetrics(ctx, cfg, db, orch, hooks) // metrics.go
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	px := proxy.New(proxy.Config{Resolver: resolver{orch}, Domain: cfg.Domain, EnvdPort: cfg.EnvdPort, Logger: log})
 	orch.OnRemove(px.CloseSandbox) // a removed sandbox's streams end at once
-	local := localHandler(withJoin(api, joins), px)
+	local := localHandler(withJoin(mx.API(api), joins), countedProxy(mx, px))
 	srv := newHTTPServer(node.front(cfg, local, orch, db), log)
 	defer node.serve(serveArtefacts(db, cfg.NodeID, local), log)()
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr)
@@ -318,7 +326,7 @@ func ensureAPIKey(ctx context.Context, db *store.DB, out io.Writer) error {
 }
 
 // localHandler serves sandbox traffic (what px matches) and the API.
-func localHandler(api http.Handler, px *proxy.Proxy) http.Handler {
+func localHandler(api http.Handler, px sandboxProxy) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if px.Match(r) {
 			px.ServeHTTP(w, r)

@@ -439,6 +439,10 @@ func (o *Orchestrator) admit(ctx context.Context, r admission.Request) (release 
 	return o.cfg.Admission.Admit(ctx, r)
 }
 
+// Admission is the admission controller (nil: every operation is
+// admitted at once), for its Stats and Refusals.
+func (o *Orchestrator) Admission() *admission.Controller { return o.cfg.Admission }
+
 // Reserved is what the live sandboxes reserve on the host: the memory of
 // running ones (a paused microVM holds none) and the disk of all, plus the
 // warm pools' members.

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -76,6 +77,22 @@ type Service struct {
 	guard  guard
 	wake   chan struct{}
 	now    func() time.Time
+	counts deliveryCounters
+}
+
+// DeliveryCounts counts delivery attempts since New, by result.
+type DeliveryCounts struct {
+	Delivered uint64 // the receiver answered 2xx
+	Failed    uint64 // the attempt failed; the delivery is retried later
+	GivenUp   uint64 // dropped, its event older than GiveUp
+}
+
+type deliveryCounters struct{ delivered, failed, givenUp atomic.Uint64 }
+
+// Deliveries returns the delivery attempts so far (for metrics).
+func (s *Service) Deliveries() DeliveryCounts {
+	return DeliveryCounts{Delivered: s.counts.delivered.Load(), Failed: s.counts.failed.Load(),
+		GivenUp: s.counts.givenUp.Load()}
 }
 
 // New returns the service.
@@ -200,12 +217,15 @@ func (s *Service) deliver(ctx context.Context, q store.Delivery) bool {
 	log := s.log.With("webhookID", q.WebhookID, "delivery", q.ID)
 	if s.now().Sub(q.EventAt) > s.cfg.GiveUp {
 		log.Warn("webhook delivery given up", "attempts", q.Attempts, "eventAt", q.EventAt)
+		s.counts.givenUp.Add(1)
 		return s.done(ctx, q.ID)
 	}
 	err := s.post(ctx, q)
 	if err == nil {
+		s.counts.delivered.Add(1)
 		return s.done(ctx, q.ID)
 	}
+	s.counts.failed.Add(1)
 	next := s.now().Add(backoff(s.cfg.FirstRetry, s.cfg.MaxRetry, q.Attempts))
 	log.Warn("webhook delivery failed; will retry", "attempt", q.Attempts+1, "err", err, "next", next)
 	if err := s.cfg.Store.DeliveryFailed(context.WithoutCancel(ctx), q.ID, next, err.Error()); err != nil {

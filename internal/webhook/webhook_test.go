@@ -17,6 +17,7 @@ import (
 
 	"github.com/moatsh/moat/internal/events"
 	"github.com/moatsh/moat/internal/store"
+	"github.com/moatsh/moat/internal/testkit"
 )
 
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
@@ -172,6 +173,10 @@ func TestReceiverDown(t *testing.T) {
 	if got[0].Type != events.Created || got[1].Type != events.Killed {
 		t.Fatalf("got %v then %v", got[0].Type, got[1].Type)
 	}
+	testkit.WaitFor(t, 5*time.Second, "both deliveries counted", func() bool { return s.Deliveries().Delivered == 2 })
+	if c := s.Deliveries(); c.Failed < 4 || c.GivenUp != 0 {
+		t.Fatalf("deliveries %+v, want at least 4 failed attempts and none given up", c)
+	}
 }
 
 // TestRestart: events recorded while nothing delivers (a server that
@@ -221,6 +226,9 @@ func TestGiveUp(t *testing.T) {
 	}
 	if n := len(r.events()); n != 0 {
 		t.Fatalf("receiver got %d events", n)
+	}
+	if got := s.Deliveries(); got != (DeliveryCounts{GivenUp: 1}) {
+		t.Fatalf("deliveries %+v, want one given up", got)
 	}
 }
 
