@@ -53,7 +53,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
 	}
 	root.AddCommand(serverCommands()...)
-	root.AddCommand(newTemplateCmd(), newSandboxCmd(), newRunCmd())
+	root.AddCommand(newTemplateCmd(), newSandboxCmd(), newRunCmd(), newMCPCmd())
 	return root
 }
 
