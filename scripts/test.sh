@@ -295,7 +295,7 @@ vm_suites="lifecycle commands pty files interpreter isolation pause fork volumes
 gvisor_suites="commands files interpreter isolation lifecycle pause volumes"
 custom_suites="commands files"
 if [ "$tier" = full ]; then
-  vm_suites=$(echo "$all" | grep -v -x secrets) # the Secret API is runtime-independent
+  vm_suites=$(echo "$all" | grep -v -x -e secrets -e mcp) # the Secret API and moat mcp are runtime-independent
   custom_suites="commands files isolation netpolicy"
 fi
 net_suites="hostnet netpolicy domains inject isolation"
