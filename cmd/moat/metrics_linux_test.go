@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"regexp"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/moatsh/moat/internal/metrics/metricstest"
 	"github.com/moatsh/moat/internal/store"
-	"github.com/moatsh/moat/internal/testkit"
 	moat "github.com/moatsh/moat/sdk/go"
 )
 
@@ -23,8 +23,8 @@ const metricsSandboxMiB = 512
 
 // TestMetrics runs a scripted workload on a real server in scope 9 (beside
 // the host's own) and checks the values /metrics reports: three creates,
-// a fourth refused by the capacity model (503), a command through the
-// sandbox proxy, one kill.
+// a fourth refused by the capacity model (503), envd health checks and a
+// request to a closed port through the sandbox proxy, one kill.
 func TestMetrics(t *testing.T) {
 	rootfs := requireRealServer(t)
 	dir := newDataDir(t, rootfs)
@@ -65,8 +65,16 @@ func TestMetrics(t *testing.T) {
 		}
 		t.Fatalf("fourth create = %v, want 503 (capacity)", err)
 	}
-	if out := runIn(t, sbs[0], "echo hello-metrics"); !strings.Contains(out, "hello-metrics") {
-		t.Fatalf("run: %q", out)
+	// Sandbox traffic: three envd health checks (204) and a request to a
+	// port nothing listens on (502 with a JSON body).
+	for range 3 {
+		if code, _ := proxyGet(t, s.base, sbs[0].ID, 49983); code != http.StatusNoContent {
+			t.Fatalf("envd /health through the proxy: %d", code)
+		}
+	}
+	code, body := proxyGet(t, s.base, sbs[0].ID, 8080)
+	if code != http.StatusBadGateway {
+		t.Fatalf("port 8080 through the proxy: %d %s", code, body)
 	}
 	if err := sbs[2].Kill(ctx); err != nil {
 		t.Fatal(err)
@@ -96,7 +104,7 @@ func TestMetrics(t *testing.T) {
 	if v, want := got[k("moat_host_reservable_bytes", "resource", "memory")], float64(int(overcommit*float64(memTotal)))*mib; v != want {
 		t.Errorf("reservable memory %v, want %v", v, want)
 	}
-	running, other := 0.0, 0.0
+	running, notRunning := 0.0, 0.0
 	for key, v := range got {
 		if !strings.HasPrefix(key, "moat_sandboxes{") {
 			continue
@@ -104,18 +112,30 @@ func TestMetrics(t *testing.T) {
 		if strings.Contains(key, `state="running"`) && strings.Contains(key, `runtime="container"`) {
 			running += v
 		} else {
-			other += v
+			notRunning += v
 		}
 	}
-	if running != 2 || other != 0 {
-		t.Errorf("moat_sandboxes: %v running, %v other; want 2 running", running, other)
+	if running != 2 || notRunning != 0 {
+		t.Errorf("moat_sandboxes: %v running, %v other; want 2 running", running, notRunning)
 	}
-	// The proxy counts a request when its handler returns, which may be
-	// after the client read the end of the stream.
-	envd := k("moat_proxy_requests_total", "port", "envd", "code", "2xx")
-	testkit.WaitFor(t, 10*time.Second, "the envd request counted", func() bool { return scrape()[envd] >= 1 })
-	if v := scrape()[k("moat_proxy_response_bytes_total", "port", "envd")]; v < float64(len("hello-metrics")) {
-		t.Errorf("envd proxy response bytes %v, want the command's output at least", v)
+	// The proxy counts a request when its handler returns, just after
+	// the client has its answer.
+	other := k("moat_proxy_requests_total", "port", "other", "code", "5xx")
+	for start := time.Now(); scrape()[other] < 1; time.Sleep(20 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the proxy's 502 was not counted")
+		}
+	}
+	got = scrape()
+	for key, want := range map[string]float64{
+		k("moat_proxy_requests_total", "port", "envd", "code", "2xx"): 3,
+		other: 1,
+		k("moat_proxy_response_bytes_total", "port", "envd"):  0,
+		k("moat_proxy_response_bytes_total", "port", "other"): float64(len(body)),
+	} {
+		if v, ok := got[key]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", key, v, ok, want)
+		}
 	}
 
 	// The public listener does not serve /metrics.
@@ -167,4 +187,30 @@ func memTotalMiB(t *testing.T) int {
 	}
 	kb, _ := strconv.Atoi(string(m[1]))
 	return kb / 1024
+}
+
+// proxyGet sends GET / for sandbox id's port through the server's proxy
+// (E2B's headers) and returns the status and body.
+func proxyGet(t *testing.T, base, id string, port int) (int, []byte) {
+	t.Helper()
+	path := "/"
+	if port == 49983 {
+		path = "/health"
+	}
+	req, err := http.NewRequest(http.MethodGet, base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("E2b-Sandbox-Id", id)
+	req.Header.Set("E2b-Sandbox-Port", strconv.Itoa(port))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
 }
