@@ -218,6 +218,8 @@ if [ "$tier" = full ]; then
   log "measurement: sandbox death → reported gone (container init and microVM QEMU SIGKILLed)"
   go test ./internal/runtime/runtimetest/ -run 'TestContainerDeath|TestVM/OrchestratorReportsDeath' -count=1 -v -timeout 10m 2>&1 |
     grep -E 'death-to-gone|^(--- FAIL|FAIL)' || failed+=("death measurement")
+  bench "benchmark: files through the proxy, envd vs a bare file server in the same sandbox (moat bench --files)" \
+    bin/moat bench --files --data-dir "$MOAT_DATA_DIR"
   bench "benchmark: creates per second through the API (BenchmarkCreateThroughput)" \
     go test ./cmd/moat/ -run '^$' -bench BenchmarkCreateThroughput -benchtime=1x -count=1 -timeout 20m
   bench "benchmark: create→first command on SQLite vs PostgreSQL (BenchmarkStoreCreateFirstCommand)" \

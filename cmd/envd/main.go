@@ -13,11 +13,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
+	"github.com/moatsh/moat/internal/envd/floor"
 	"github.com/moatsh/moat/internal/envd/reaper"
 	"github.com/moatsh/moat/internal/envd/server"
 )
@@ -31,6 +34,7 @@ type options struct {
 	host    bool
 	home    string
 	code    string
+	floor   string
 	verbose bool
 }
 
@@ -60,6 +64,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.home, "home", "", "home directory of root and user in host mode (default: a new temporary directory)")
 	fs.StringVar(&o.code, "code-addr", "", `address of the code-interpreter API (default ":49999" in a sandbox, off with --host; "off" disables)`)
 	fs.BoolVar(&o.verbose, "verbose", false, "log debug messages")
+	fs.StringVar(&o.floor, "floor", "", "benchmarks: serve only a bare file server on this address instead (package floor; moat bench --files)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -79,6 +84,9 @@ func run() error {
 	o, err := parseFlags(os.Args[1:])
 	if err != nil {
 		return err
+	}
+	if o.floor != "" {
+		return serveFloor(o.floor)
 	}
 	level := slog.LevelInfo
 	if o.verbose {
@@ -121,6 +129,16 @@ func run() error {
 	}
 	log.Info("envd stopped")
 	return nil
+}
+
+// serveFloor serves package floor's bare file server on addr, with the
+// protocols envd's own server speaks (HTTP/1.1 and h2c), until it fails.
+func serveFloor(addr string) error {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Addr: addr, Handler: floor.Handler("/"), Protocols: &protocols, ReadHeaderTimeout: 10 * time.Second}
+	return srv.ListenAndServe()
 }
 
 // internalEnv returns the E2B_* variables every sandbox process sees.

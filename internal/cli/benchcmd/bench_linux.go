@@ -42,6 +42,7 @@ func New(sh Shared) *cobra.Command {
 		startRT  string
 		ttiMode  string
 		clu      clusterConfig
+		files    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -58,6 +59,12 @@ func New(sh Shared) *cobra.Command {
 			if densOn {
 				dens.DataDir, dens.Template, dens.Backends = dataDir, tmpl, sh.Backends()
 				return density.Run(cmd, dens, benchServerWith)
+			}
+			if files {
+				if !cmd.Flags().Changed("count") {
+					n = 200
+				}
+				return benchFiles(cmd, dataDir, sh.Backends(), tmpl, n)
 			}
 			if start && verbose {
 				serverLogLevel = slog.LevelDebug
@@ -103,6 +110,9 @@ func New(sh Shared) *cobra.Command {
 			"against servers this process runs (needs root and --data-dir; no other server on the host)")
 	cmd.Flags().StringVar(&startRT, "runtime", "container",
 		"with --start: the runtime, container or vm (vm: also a cold boot and a raw QEMU restore of the template's snapshot)")
+	cmd.Flags().BoolVar(&files, "files", false,
+		"instead: envd's file API (1 KiB write and read, -n rounds, default 200; 100 MiB upload and download) against a bare "+
+			"net/http file server in the same sandbox behind the same proxy, on a server this process runs (needs root and --data-dir; no other server on the host)")
 	cmd.Flags().BoolVar(&densOn, "density", false,
 		"instead: bring up --containers container sandboxes and --vms microVMs of --vm-memory MiB at once on a server "+
 			"this process runs (container,vm), run a command in each, print host memory per idle sandbox, kill them all "+

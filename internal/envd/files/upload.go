@@ -167,7 +167,9 @@ func (up *upload) write(p string, src io.Reader) error {
 // fill copies src into f (the file at abs), gives it to the user and
 // stores the upload's metadata; it returns the metadata as stored.
 func (up *upload) fill(f *os.File, abs string, src io.Reader) (map[string]string, error) {
-	if _, err := io.CopyBuffer(f, src, make([]byte, copyBuf)); err != nil {
+	buf := getCopyBuf()
+	defer putCopyBuf(buf)
+	if _, err := io.CopyBuffer(f, src, *buf); err != nil {
 		return nil, errdefs.PublicWrap(uploadKind(err), "write '%s'", abs)
 	}
 	if err := up.h.cfg.Chown(abs, up.u); err != nil {
