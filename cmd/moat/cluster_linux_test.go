@@ -3,17 +3,18 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"database/sql"
 	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/moatsh/moat/internal/store"
-	"github.com/moatsh/moat/internal/testkit/pgtest"
+	"github.com/moatsh/moat/internal/store/pgsql"
 	moat "github.com/moatsh/moat/sdk/go"
 )
 
@@ -25,18 +26,8 @@ import (
 // a stopped node's sandboxes answer 503 (not "unknown") until it is
 // back, and then run commands again; an unknown ID is 404 everywhere.
 func TestCluster(t *testing.T) {
-	rootfs := requireRealServer(t)
-	pg := pgtest.Start(t)
-	dsn := pg.NewDB(t)
+	_, dsn := pgWithBase(t)
 	ctx := context.Background()
-	db, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.UpsertTemplate(ctx, store.Template{Name: "base", RootfsDir: rootfs}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
 	dirA, dirB, dirF := clusterDir(t), clusterDir(t), clusterDir(t)
 	a := startServerArgs(t, dirA, []string{"--store", dsn, "--node-id", "node-a", "--node-addr", "127.0.0.1:0"})
 	if a.key == "" {
@@ -109,7 +100,7 @@ func TestCluster(t *testing.T) {
 	// The node API answers only the cluster's members: a client without a
 	// certificate of the cluster CA gets no TLS session.
 	var nodeAddr string
-	if err := pgtest.Open(t, dsn).QueryRowContext(ctx, `SELECT addr FROM nodes WHERE id = 'node-a'`).Scan(&nodeAddr); err != nil || nodeAddr == "" {
+	if err := pgConn(t, dsn).QueryRowContext(ctx, `SELECT addr FROM nodes WHERE id = 'node-a'`).Scan(&nodeAddr); err != nil || nodeAddr == "" {
 		t.Fatalf("node-a's node API address: %q %v", nodeAddr, err)
 	}
 	stranger := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
@@ -165,28 +156,32 @@ func TestCluster(t *testing.T) {
 	lostNode(t, dsn, servers, b, dirB, bArgs)
 }
 
-// lostNode kills node-b with SIGKILL: within 15 s (the lease and a
+// lostNode kills node-b with SIGKILL while it runs 10 sandboxes: within 15 s (the lease and a
 // watcher's round) its sandboxes are gone through the other servers (get
 // is not found, list leaves them out), new creates land on node-a, and
 // once node-b is back nothing of those sandboxes is left on its host.
 func lostNode(t *testing.T, dsn string, servers map[string]*realServer, b *realServer, dirB string, bArgs []string) {
 	ctx := context.Background()
 	a, f := servers["node-a"], servers["front"]
-	for range 4 { // more sandboxes on node-b
+	var onB []string
+	for range 40 { // until node-b holds 10 sandboxes
+		list, err := a.client().ListSandboxes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		onB = onB[:0]
+		for _, sb := range list {
+			if nodeOf(t, dsn, sb.ID) == "node-b" {
+				onB = append(onB, sb.ID)
+			}
+		}
+		if len(onB) >= 10 {
+			break
+		}
 		f.createSandbox(t)
 	}
-	var onB []string
-	list, err := a.client().ListSandboxes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sb := range list {
-		if nodeOf(t, dsn, sb.ID) == "node-b" {
-			onB = append(onB, sb.ID)
-		}
-	}
-	if len(onB) == 0 {
-		t.Fatal("no sandbox on node-b")
+	if len(onB) < 10 {
+		t.Fatalf("%d sandboxes on node-b, want 10", len(onB))
 	}
 	_ = b.cmd.Process.Kill()
 	<-b.done
@@ -208,7 +203,7 @@ func lostNode(t *testing.T, dsn string, servers map[string]*realServer, b *realS
 	if gone > 18*time.Second {
 		t.Errorf("node-b's sandboxes were reported gone after %v, want within 15 s (lease 12 s + a watcher round)", gone)
 	}
-	list, err = a.client().ListSandboxes(ctx)
+	list, err := a.client().ListSandboxes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,11 +290,28 @@ func startScoped(t *testing.T, dataDir string, args []string) *realServer {
 	return s
 }
 
+// pgConns keeps one pool per database for the tests' own queries (a pool
+// per query would exhaust the server's connections).
+var pgConns sync.Map
+
+func pgConn(t *testing.T, dsn string) *sql.DB {
+	if db, ok := pgConns.Load(dsn); ok {
+		return db.(*sql.DB)
+	}
+	db, err := pgsql.Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(2)
+	pgConns.Store(dsn, db)
+	return db
+}
+
 // nodeOf is the node that sandbox id's row names.
 func nodeOf(t *testing.T, dsn, id string) string {
 	t.Helper()
 	var node string
-	if err := pgtest.Open(t, dsn).QueryRowContext(context.Background(), `SELECT node_id FROM sandboxes WHERE id = $1`, id).Scan(&node); err != nil {
+	if err := pgConn(t, dsn).QueryRowContext(context.Background(), `SELECT node_id FROM sandboxes WHERE id = $1`, id).Scan(&node); err != nil {
 		t.Fatalf("node of %s: %v", id, err)
 	}
 	return node
@@ -324,7 +336,7 @@ func templatesAcrossNodes(t *testing.T, dsn string, servers map[string]*realServ
 	}
 	t.Logf("template built through the API server in %v", time.Since(start).Round(100*time.Millisecond))
 	var node, digest, rootfs string
-	if err := pgtest.Open(t, dsn).QueryRowContext(ctx, `SELECT node_id, digest, rootfs_dir FROM templates WHERE name = 'clustered'`).
+	if err := pgConn(t, dsn).QueryRowContext(ctx, `SELECT node_id, digest, rootfs_dir FROM templates WHERE name = 'clustered'`).
 		Scan(&node, &digest, &rootfs); err != nil || node != "front" || len(digest) != 64 {
 		t.Fatalf("template row: node %q digest %q: %v", node, digest, err)
 	}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/testkit/pgtest"
 	moat "github.com/moatsh/moat/sdk/go"
 )
@@ -28,18 +27,8 @@ import (
 // through the API server, creates get 503, and everything works again
 // once it is back, without a restart.
 func TestClusterOutages(t *testing.T) {
-	rootfs := requireRealServer(t)
-	pg := pgtest.Start(t)
-	dsn := pg.NewDB(t)
+	pg, dsn := pgWithBase(t)
 	ctx := context.Background()
-	db, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.UpsertTemplate(ctx, store.Template{Name: "base", RootfsDir: rootfs}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
 	dirA, dirB := clusterDir(t), clusterDir(t)
 	a := startServerArgs(t, dirA, []string{"--store", dsn, "--node-id", "node-a", "--node-addr", "127.0.0.1:0"})
 	b := startScoped(t, dirB, []string{"--store", dsn, "--node-id", "node-b", "--node-addr", "127.0.0.1:0", "--scope", "5"})

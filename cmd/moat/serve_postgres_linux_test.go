@@ -16,23 +16,32 @@ import (
 	moat "github.com/moatsh/moat/sdk/go"
 )
 
+// pgWithBase starts a private PostgreSQL (pgtest) with a new database
+// whose store knows the template "base" of the CI cache, and returns the
+// server and the database's URL; it needs what a real server needs.
+func pgWithBase(t *testing.T) (*pgtest.Server, string) {
+	t.Helper()
+	rootfs := requireRealServer(t)
+	pg := pgtest.Start(t)
+	dsn := pg.NewDB(t)
+	db, err := store.Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.UpsertTemplate(context.Background(), store.Template{Name: "base", RootfsDir: rootfs}); err != nil {
+		t.Fatal(err)
+	}
+	return pg, dsn
+}
+
 // TestServePostgres runs the real `moat serve --store postgres://...` on a
 // private PostgreSQL: a sandbox from "base" runs commands, its row is in
 // PostgreSQL (and nothing in DATA-DIR/moat.db), and a restarted server
 // finds it again and still runs commands in it.
 func TestServePostgres(t *testing.T) {
-	rootfs := requireRealServer(t)
-	pg := pgtest.Start(t)
-	dsn := pg.NewDB(t)
+	_, dsn := pgWithBase(t)
 	ctx := context.Background()
-	db, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.UpsertTemplate(ctx, store.Template{Name: "base", RootfsDir: rootfs}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
 	dataDir := t.TempDir()
 	if err := os.Chmod(filepath.Dir(dataDir), 0o711); err != nil {
 		t.Fatal(err)
@@ -180,18 +189,8 @@ func createFirstCommand(b testing.TB, s *realServer) time.Duration {
 // database, promptly; when PostgreSQL is back, creates work again without
 // restarting the server.
 func TestServePostgresOutage(t *testing.T) {
-	rootfs := requireRealServer(t)
-	pg := pgtest.Start(t)
-	dsn := pg.NewDB(t)
+	pg, dsn := pgWithBase(t)
 	ctx := context.Background()
-	db, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.UpsertTemplate(ctx, store.Template{Name: "base", RootfsDir: rootfs}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
 	dataDir := t.TempDir()
 	if err := os.Chmod(filepath.Dir(dataDir), 0o711); err != nil {
 		t.Fatal(err)
@@ -211,7 +210,7 @@ func TestServePostgresOutage(t *testing.T) {
 			t.Errorf("create %d during the outage took %v", i, r.took)
 		}
 	}
-	_, err = s.client().ListSandboxes(ctx)
+	_, err := s.client().ListSandboxes(ctx)
 	t.Logf("list during the outage: %v", err)
 	if err == nil || !strings.Contains(err.Error(), "PostgreSQL") {
 		t.Errorf("list during the outage: %v, want an error naming PostgreSQL", err)
