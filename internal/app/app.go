@@ -191,7 +191,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	defer closeRuntimes()
 	log.Info("using runtime", "runtime", rts[0].Name(), "enabled", cfg.Runtime, "available", runtime.Names())
-	hooks := webhook.New(webhook.Config{Store: db, Logger: log, Allow: cfg.WebhookAllow})
+	hooks := webhook.New(webhook.Config{Store: db, Logger: log, Allow: cfg.WebhookAllow, Poll: webhookPoll(cfg)})
 	if cfg.NodeID, err = nodeID(cfg); err != nil { // cluster.go
 		return err
 	}
@@ -225,7 +225,11 @@ func Serve(ctx context.Context, cfg Config) error {
 	defer stopReaper()
 	runDone, hooksDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(runDone); orch.Run(runCtx) }()
-	go func() { defer close(hooksDone); hooks.Run(runCtx) }()
+	// One server of a cluster delivers webhooks (every server records events).
+	go func() {
+		defer close(hooksDone)
+		runLed(runCtx, db, store.WebhookLeadKey, "webhook deliveries", log, hooks.Run)
+	}()
 	orch.StartPools(runCtx)
 	// Before the store closes: the pools kill their members, and Run's
 	// timeouts and process watches finish what they started.

@@ -125,6 +125,46 @@ func TestPostgresLockServer(t *testing.T) {
 	release2()
 }
 
+// TestPostgresLead: of two stores on one database one leads a job; the
+// other does once the first lets go or its connection dies.
+func TestPostgresLead(t *testing.T) {
+	srv := pgtest.Start(t)
+	dsn := srv.NewDB(t)
+	ctx := context.Background()
+	a, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	release, held, ok, err := a.Lead(ctx, store.WebhookLeadKey)
+	if err != nil || !ok || !held(ctx) {
+		t.Fatalf("first Lead: ok %v, %v", ok, err)
+	}
+	if _, _, ok, err := b.Lead(ctx, store.WebhookLeadKey); ok || err != nil {
+		t.Fatalf("second Lead while the first holds: ok %v, %v", ok, err)
+	}
+	release()
+	release2, held2, ok, err := b.Lead(ctx, store.WebhookLeadKey)
+	if err != nil || !ok {
+		t.Fatalf("Lead after release: ok %v, %v", ok, err)
+	}
+	defer release2()
+	if held(ctx) {
+		t.Error("held reports true after release")
+	}
+	// A store whose server is gone no longer holds it.
+	srv.Stop()
+	if held2(ctx) {
+		t.Error("held reports true with the server stopped")
+	}
+	srv.Restart(t)
+}
+
 // TestPostgresOutage: while PostgreSQL is down, reads and writes fail at
 // once with errdefs.ErrUnavailable (not a hang, not an unclassified
 // error); when it is back, the same store works again without reopening.

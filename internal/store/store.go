@@ -235,6 +235,40 @@ func boolInt(b bool) int {
 // PostgreSQL store for its life ("moatser" in ASCII).
 const ServerLockKey = 0x6d6f61747365727
 
+// WebhookLeadKey is the advisory lock of the one server of a cluster that
+// delivers webhooks (Lead).
+const WebhookLeadKey = 0x6d6f617477686b
+
+// Lead makes this server the one of all those sharing a PostgreSQL store
+// that does the job of key, as long as held reports true: a session
+// advisory lock on a connection of its own, which PostgreSQL drops with
+// the connection (a crashed or cut-off server loses it, another takes it).
+// ok is false while another server holds it. held asks the store whether
+// the lock's connection still works. A SQLite store has one server: ok at
+// once, held always true.
+func (d *DB) Lead(ctx context.Context, key int64) (release func(), held func(context.Context) bool, ok bool, err error) {
+	if d.r != d.w {
+		return func() {}, func(context.Context) bool { return true }, true, nil
+	}
+	c, err := d.w.Conn(ctx)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("lead %x: %w", key, err)
+	}
+	if err := c.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(?)`, key).Scan(&ok); err != nil || !ok {
+		c.Close()
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("lead %x: %w", key, err)
+		}
+		return nil, nil, false, nil
+	}
+	release = func() {
+		c.ExecContext(context.Background(), `SELECT pg_advisory_unlock(?)`, key)
+		c.Close()
+	}
+	held = func(ctx context.Context) bool { return c.PingContext(ctx) == nil }
+	return release, held, true, nil
+}
+
 // LockServer makes this server the only one using a PostgreSQL store until
 // release is called or the process dies (PostgreSQL drops a session lock
 // with its connection). A server reconciles every sandbox row with its own

@@ -66,6 +66,10 @@ type Config struct {
 	GiveUp time.Duration
 	// Timeout bounds one attempt.
 	Timeout time.Duration
+	// Poll is the longest wait between two looks at the outbox (default
+	// idleWait): in a cluster, events other servers record do not wake
+	// this one, so its deliverer polls more often.
+	Poll time.Duration
 }
 
 // Service records events and delivers them. Run must run for deliveries
@@ -161,9 +165,13 @@ func (s *Service) Run(ctx context.Context) {
 	s.pruneEvents(ctx)
 	for {
 		s.deliverDue(ctx)
-		wait := idleWait
+		idle := idleWait
+		if s.cfg.Poll > 0 {
+			idle = s.cfg.Poll
+		}
+		wait := idle
 		if at, ok, err := s.cfg.Store.NextDelivery(ctx); err == nil && ok {
-			wait = min(max(at.Sub(s.now()), 0), idleWait)
+			wait = min(max(at.Sub(s.now()), 0), idle)
 		}
 		t := time.NewTimer(wait)
 		select {
