@@ -42,6 +42,8 @@ PACKAGES=(
   postgresql-15
   # code interpreter tests run real Jupyter kernels on the host
   python3-ipykernel python3-matplotlib python3-pandas python3-numpy
+  # moat sandbox shell is tested in a real terminal (TestShellTmux)
+  tmux
 )
 
 if [ "${MOAT_SETUP_SKIP_APT:-0}" != 1 ]; then

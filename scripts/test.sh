@@ -110,7 +110,7 @@ MOAT_SETUP_TEMPLATES="base code-interpreter-v1" scripts/setup.sh || die "scripts
 # named, instead of failing (or, before, skipping) tests one by one.
 log "preflight: the real components the tests need"
 missing=()
-for tool in crun runc runsc qemu-system-x86_64 qemu-img mkfs.ext4 nft ip busybox mmdebstrap node npm python3 protoc sqlite3 flock; do
+for tool in crun runc runsc qemu-system-x86_64 qemu-img mkfs.ext4 nft ip busybox mmdebstrap node npm python3 protoc sqlite3 flock tmux; do
   # command -v also prints a file it cannot run (bash), so check it; the
   # runtimes must also run.
   if ! p=$(command -v "$tool"); then

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moatsh/moat/internal/testkit"
+)
+
+// TestShellTmux drives `moat sandbox shell` as a person would, in a real
+// terminal: tmux runs it, keys are sent, the screen is read. A command
+// runs and shows its output, a resize of the window reaches the
+// sandbox's terminal (stty size), and the shell's exit status is moat's.
+func TestShellTmux(t *testing.T) {
+	rootfs := requireRealServer(t)
+	testkit.RequireTool(t, "tmux")
+	s := startServer(t, newDataDir(t, rootfs))
+	sb := s.createSandbox(t)
+	// Refused before any terminal: a wrong key, an unknown sandbox.
+	for _, c := range []struct{ id, key, want string }{
+		{sb.ID, "e2b_" + strings.Repeat("0", 40), "Invalid API key"},
+		{"nosuchsandbox0", s.key, "doesn't exist"},
+	} {
+		_, _, _, err := runCLI("sandbox", "shell", c.id, "--api-url", s.base, "--api-key", c.key)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("shell %s with key %.8s…: %v; want an error saying %q", c.id, c.key, err, c.want)
+		}
+	}
+	dir := t.TempDir()
+	sock := "moat-shell-test-" + sb.ID
+	tmux := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("tmux", append([]string{"-L", sock}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tmux %v: %v: %s", args, err, out)
+		}
+		return string(out)
+	}
+	code := filepath.Join(dir, "code")
+	line := moatBin + " sandbox shell " + sb.ID + " --api-url " + s.base + " --api-key " + s.key + "; echo $? > " + code
+	tmux("new-session", "-d", "-s", "shell", "-x", "80", "-y", "24", "sh", "-c", line)
+	t.Cleanup(func() { _ = exec.Command("tmux", "-L", sock, "kill-server").Run() })
+	screen := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			out, err := exec.Command("tmux", "-L", sock, "capture-pane", "-p", "-t", "shell").CombinedOutput()
+			if err == nil && strings.Contains(string(out), want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the screen never showed %q:\n%s\n%s", want, out, s.out.String())
+			}
+		}
+	}
+	tmux("send-keys", "-t", "shell", "echo hi-$((6*7))", "Enter")
+	screen("hi-42")
+	tmux("resize-window", "-t", "shell", "-x", "100", "-y", "30")
+	tmux("send-keys", "-t", "shell", "stty size", "Enter")
+	screen("30 100")
+	tmux("send-keys", "-t", "shell", "exit 3", "Enter")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if b, err := os.ReadFile(code); err == nil && strings.TrimSpace(string(b)) != "" {
+			if got := strings.TrimSpace(string(b)); got != "3" {
+				t.Fatalf("moat sandbox shell exited %s, want the shell's 3", got)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("moat sandbox shell did not exit after `exit 3`")
+		}
+	}
+}
