@@ -106,7 +106,7 @@ func newSandboxCmd() *cobra.Command {
 	var cf clientFlags
 	cmd := &cobra.Command{Use: "sandbox", Aliases: []string{"sb"}, Short: "Manage sandboxes on a Moat server"}
 	cf.register(cmd)
-	cmd.AddCommand(newSandboxCreateCmd(&cf), newSandboxListCmd(&cf), newSandboxExecCmd(&cf), newSandboxShellCmd(&cf), newSandboxKillCmd(&cf),
+	cmd.AddCommand(newSandboxCreateCmd(&cf), newSandboxListCmd(&cf), newSandboxGetCmd(&cf), newSandboxExecCmd(&cf), newSandboxShellCmd(&cf), newSandboxKillCmd(&cf),
 		newSandboxPauseCmd(&cf), newSandboxResumeCmd(&cf), newSandboxSnapshotCmd(&cf), newSandboxSnapshotsCmd(&cf),
 		newSandboxSnapshotRmCmd(&cf))
 	return cmd
@@ -156,7 +156,7 @@ func newSandboxCreateCmd(cf *clientFlags) *cobra.Command {
 }
 
 func newSandboxListCmd(cf *clientFlags) *cobra.Command {
-	var pools bool
+	var pools, asJSON bool
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -164,11 +164,11 @@ func newSandboxListCmd(cf *clientFlags) *cobra.Command {
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if pools {
-				return listPools(cmd, cf)
+				return listPools(cmd, cf, asJSON)
 			}
 			list, err := cf.client().ListSandboxes(cmd.Context())
-			if err != nil {
-				return err
+			if err != nil || asJSON {
+				return printJSON(cmd, list, err)
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tTEMPLATE\tRUNTIME\tSTATE\tSTARTED\tEXPIRES\tCPU\tMEMORY")
@@ -185,14 +185,15 @@ func newSandboxListCmd(cf *clientFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&pools, "pool", false, "show the warm pools (moat serve --pool) instead: template, size, ready")
+	addJSONFlag(cmd, &asJSON)
 	return cmd
 }
 
 // listPools prints the server's warm pools.
-func listPools(cmd *cobra.Command, cf *clientFlags) error {
+func listPools(cmd *cobra.Command, cf *clientFlags, asJSON bool) error {
 	list, err := cf.client().ListPools(cmd.Context())
-	if err != nil {
-		return err
+	if err != nil || asJSON {
+		return printJSON(cmd, list, err)
 	}
 	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "TEMPLATE\tSIZE\tREADY")
@@ -328,14 +329,15 @@ func newSandboxSnapshotCmd(cf *clientFlags) *cobra.Command {
 
 func newSandboxSnapshotsCmd(cf *clientFlags) *cobra.Command {
 	var sandboxID string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "snapshots",
 		Short: "List snapshots, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			list, err := cf.client().ListSnapshots(cmd.Context(), sandboxID)
-			if err != nil {
-				return err
+			if err != nil || asJSON {
+				return printJSON(cmd, list, err)
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tNAME\tSANDBOX\tCREATED")
@@ -353,6 +355,7 @@ func newSandboxSnapshotsCmd(cf *clientFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&sandboxID, "sandbox", "", "only the snapshots of this sandbox")
+	addJSONFlag(cmd, &asJSON)
 	return cmd
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/testkit"
+	moat "github.com/moatsh/moat/sdk/go"
 )
 
 // TestShellTmux drives `moat sandbox shell` as a person would, in a real
@@ -72,5 +74,34 @@ func TestShellTmux(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("moat sandbox shell did not exit after `exit 3`")
 		}
+	}
+}
+
+// TestSandboxJSON: `moat sandbox list --json` and `get --json` print the
+// SDK's fields as JSON a program can read; get of an unknown sandbox is
+// the server's not-found error.
+func TestSandboxJSON(t *testing.T) {
+	rootfs := requireRealServer(t)
+	s := startServer(t, newDataDir(t, rootfs))
+	sb := s.createSandbox(t)
+	flags := []string{"--api-url", s.base, "--api-key", s.key}
+	out, _, _, err := runCLI(append([]string{"sandbox", "list", "--json"}, flags...)...)
+	var list []moat.SandboxInfo
+	if err != nil || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].ID != sb.ID || list[0].State != "running" {
+		t.Fatalf("list --json: %q %v", out, err)
+	}
+	if !strings.Contains(out, `"sandboxID": "`+sb.ID+`"`) {
+		t.Errorf("list --json does not name sandboxID: %s", out)
+	}
+	out, _, _, err = runCLI(append([]string{"sandbox", "get", sb.ID, "--json"}, flags...)...)
+	var info moat.SandboxInfo
+	if err != nil || json.Unmarshal([]byte(out), &info) != nil || info.ID != sb.ID || info.MemoryMB == 0 {
+		t.Fatalf("get --json: %q %v", out, err)
+	}
+	if out, _, _, err := runCLI(append([]string{"sandbox", "get", sb.ID}, flags...)...); err != nil || !strings.Contains(out, sb.ID) {
+		t.Fatalf("get: %q %v", out, err)
+	}
+	if _, _, _, err := runCLI(append([]string{"sandbox", "get", "nosuchsandbox0", "--json"}, flags...)...); err == nil || !strings.Contains(err.Error(), "doesn't exist") {
+		t.Fatalf("get of an unknown sandbox: %v", err)
 	}
 }

@@ -328,9 +328,9 @@ func (c *Client) Connect(ctx context.Context, id string, timeout time.Duration) 
 
 // PoolInfo is one of the server's warm pools (moat serve --pool).
 type PoolInfo struct {
-	Template string
-	Size     int // members it keeps
-	Ready    int // members ready now
+	Template string `json:"template"`
+	Size     int    `json:"size"`  // members it keeps
+	Ready    int    `json:"ready"` // members ready now
 }
 
 // ListPools lists the server's warm pools (GET /moat/pools, a Moat

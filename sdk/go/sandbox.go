@@ -21,17 +21,17 @@ const EnvdPort = 49983
 // SandboxInfo describes a sandbox as the API lists it. Fields the answer did
 // not carry are zero (CreateSandbox answers only IDs and the envd version).
 type SandboxInfo struct {
-	ID          string
-	TemplateID  string
-	Alias       string // template name
-	EnvdVersion string
-	StartedAt   time.Time
-	EndAt       time.Time // when the sandbox expires
-	State       string    // "running" or "paused"
-	CPUCount    int
-	MemoryMB    int
-	DiskSizeMB  int
-	Metadata    map[string]string
+	ID          string            `json:"sandboxID"`
+	TemplateID  string            `json:"templateID"`
+	Alias       string            `json:"alias,omitempty"` // template name
+	EnvdVersion string            `json:"envdVersion,omitempty"`
+	StartedAt   time.Time         `json:"startedAt"`
+	EndAt       time.Time         `json:"endAt"`           // when the sandbox expires
+	State       string            `json:"state,omitempty"` // "running" or "paused"
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int               `json:"memoryMB"`
+	DiskSizeMB  int               `json:"diskSizeMB"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
 }
 
 // Sandbox is a handle on one sandbox, from CreateSandbox or GetSandbox.

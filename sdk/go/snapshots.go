@@ -14,10 +14,10 @@ import (
 // one moment. New sandboxes start from it when CreateOptions.Template is
 // its ID or one of its names.
 type SnapshotInfo struct {
-	ID        string    // "snap..."; also usable as a template ID
-	Names     []string  // the optional name given at creation; empty when none
-	SandboxID string    // sandbox it was taken from
-	CreatedAt time.Time // zero when the server did not say
+	ID        string    `json:"snapshotID"`          // "snap..."; also usable as a template ID
+	Names     []string  `json:"names,omitempty"`     // the optional name given at creation; empty when none
+	SandboxID string    `json:"sandboxID,omitempty"` // sandbox it was taken from
+	CreatedAt time.Time `json:"createdAt"`           // zero when the server did not say
 }
 
 func fromSnapshot(s rest.SnapshotInfo) SnapshotInfo {
