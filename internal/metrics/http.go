@@ -79,12 +79,14 @@ func (m *Metrics) API(h http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start, cw := time.Now(), &countingWriter{ResponseWriter: w}
+		defer func() { // also when h aborts (panic(http.ErrAbortHandler): the client went away)
+			op, status := Operation(r.Pattern), cw.code()
+			m.apiRequests.WithLabelValues(op, class(status)).Inc()
+			if Timed(op) {
+				m.opDuration.WithLabelValues(op, result(status)).Observe(time.Since(start).Seconds())
+			}
+		}()
 		h.ServeHTTP(cw, r)
-		op, status := Operation(r.Pattern), cw.code()
-		m.apiRequests.WithLabelValues(op, class(status)).Inc()
-		if Timed(op) {
-			m.opDuration.WithLabelValues(op, result(status)).Observe(time.Since(start).Seconds())
-		}
 	})
 }
 
@@ -97,9 +99,14 @@ func (m *Metrics) Proxy(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		kind := PortKind(r, m.cfg.Domain, m.cfg.EnvdPort)
 		cw := &countingWriter{ResponseWriter: w}
+		// Deferred: the proxy aborts a stream whose client went away
+		// (panic(http.ErrAbortHandler), e.g. an SDK that stops reading at a
+		// command's end event), and such requests count too.
+		defer func() {
+			m.pxRequests.WithLabelValues(kind, class(cw.code())).Inc()
+			m.pxBytes.WithLabelValues(kind).Add(float64(cw.bytes))
+		}()
 		h.ServeHTTP(cw, r)
-		m.pxRequests.WithLabelValues(kind, class(cw.code())).Inc()
-		m.pxBytes.WithLabelValues(kind).Add(float64(cw.bytes))
 	})
 }
 

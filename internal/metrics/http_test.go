@@ -134,13 +134,23 @@ func TestProxy(t *testing.T) {
 			w.WriteHeader(http.StatusBadGateway)
 		}
 		w.Write([]byte("hello"))
+		if r.URL.Path == "/abort" { // as httputil.ReverseProxy when the client went away
+			panic(http.ErrAbortHandler)
+		}
 	}))
 	for _, req := range []struct{ host, path string }{
-		{"49983-abc.moat.example", "/"}, {"49983-abc.moat.example", "/"}, {"8080-abc.moat.example", "/gone"},
+		{"49983-abc.moat.example", "/"}, {"49983-abc.moat.example", "/abort"}, {"8080-abc.moat.example", "/gone"},
 	} {
 		r := httptest.NewRequest(http.MethodGet, req.path, nil)
 		r.Host = req.host
-		h.ServeHTTP(httptest.NewRecorder(), r)
+		func() {
+			defer func() {
+				if v := recover(); v != nil && v != http.ErrAbortHandler {
+					panic(v)
+				}
+			}()
+			h.ServeHTTP(httptest.NewRecorder(), r)
+		}()
 	}
 	s := scrape(t, m)
 	k := metricstest.Key
