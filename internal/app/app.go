@@ -22,6 +22,7 @@ import (
 	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/build"
 	"github.com/moatsh/moat/internal/cloexec"
+	"github.com/moatsh/moat/internal/console"
 	"github.com/moatsh/moat/internal/events"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/proxy"
@@ -266,7 +267,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	defer stopMetrics()
 	px := proxy.New(proxy.Config{Resolver: resolver{orch}, Domain: cfg.Domain, EnvdPort: cfg.EnvdPort, Logger: log})
 	orch.OnRemove(px.CloseSandbox) // a removed sandbox's streams end at once
-	local := localHandler(withJoin(mx.API(api), joins), countedProxy(mx, px))
+	local := localHandler(console.Mount(withJoin(mx.API(api), joins)), countedProxy(mx, px))
 	srv := newHTTPServer(node.front(cfg, local, orch, db), log)
 	defer node.serve(serveArtefacts(db, cfg.NodeID, local), log)()
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr)

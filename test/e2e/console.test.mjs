@@ -1,0 +1,121 @@
+// The web console (/console) in a real browser: Debian's chromium driven by
+// playwright-core. Log in with the key (a wrong one is refused), see a
+// sandbox appear, its CPU/memory chart, a terminal that runs `echo hi`, a
+// template's build log, and kill the sandbox from the UI.
+//
+// Screenshots go to $MOAT_E2E_LOG_DIR/console (else $TMPDIR/moat-console).
+// CHROMIUM overrides the browser (default /usr/bin/chromium).
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { existsSync, mkdirSync } from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+
+import { chromium } from 'playwright-core'
+import { Sandbox } from 'e2b'
+
+import { useServer, createSandbox, within } from './harness.mjs'
+
+const ctx = useServer()
+const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium'
+const shots = path.join(process.env.MOAT_E2E_LOG_DIR || path.join(os.tmpdir(), 'moat-console'), 'console')
+let browser
+
+before(async () => {
+  if (!existsSync(chromiumPath)) throw new Error(`no browser at ${chromiumPath}: apt-get install -y chromium (scripts/setup.sh)`)
+  mkdirSync(shots, { recursive: true })
+  browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox', '--disable-gpu'] })
+})
+after(async () => {
+  await browser?.close()
+})
+
+async function newPage(t) {
+  await ctx.ready
+  const context = await browser.newContext({ viewport: { width: 1200, height: 900 } })
+  t.after(() => context.close())
+  const page = await context.newPage()
+  page.setDefaultTimeout(30_000)
+  const errors = []
+  page.on('pageerror', (e) => errors.push(e.message))
+  page.on('dialog', (d) => d.accept()) // the kill confirmation
+  await page.goto(`${ctx.url}/console/`)
+  return { page, errors }
+}
+
+async function login(page, key) {
+  await page.fill('#api-key', key)
+  await page.click('button[type=submit]')
+}
+
+test('console: a wrong key is refused with a clear message', { timeout: 60_000 }, async (t) => {
+  const { page } = await newPage(t)
+  await login(page, 'e2b_not_a_key')
+  const msg = page.locator('#login-error')
+  await msg.filter({ hasText: 'API key refused' }).waitFor()
+  assert.match(await msg.textContent(), /^API key refused: .+/)
+  assert.equal(await page.locator('#nav').isHidden(), true, 'no navigation without a key')
+  await login(page, '')
+  assert.equal(await page.locator('#sandboxes').count(), 0, 'an empty key does not log in')
+})
+
+test('console: list, chart, terminal, build log, kill', { timeout: 240_000 }, async (t) => {
+  const sbx = await createSandbox(t)
+  const id = sbx.sandboxId
+  const { page, errors } = await newPage(t)
+  await login(page, ctx.apiKey)
+
+  const row = page.locator(`#sandboxes tr[data-id="${id}"]`)
+  await row.waitFor()
+  assert.equal(await row.locator('td.state').textContent(), 'running')
+  await page.screenshot({ path: path.join(shots, '1-sandboxes.png') })
+
+  await row.locator('a').click()
+  await page.waitForFunction(() => Number(document.querySelector('svg.chart')?.dataset.points) >= 2, null, { timeout: 60_000 })
+  const pts = await page.locator('svg.chart polyline.cpu').getAttribute('points')
+  assert.ok(pts.split(' ').length >= 2, `cpu line ${pts}`)
+  await page.screenshot({ path: path.join(shots, '2-sandbox-chart.png') })
+
+  await page.click('#open-terminal')
+  await page.locator('#terminal-status').filter({ hasText: 'connected' }).waitFor()
+  await page.locator('#terminal .xterm-helper-textarea').focus()
+  await page.keyboard.type('echo hi')
+  await page.keyboard.press('Enter')
+  // The screen shows the typed line (`... echo hi`) and then a line `hi`.
+  await page.waitForFunction(() =>
+    [...document.querySelectorAll('#terminal .xterm-rows > div')].some((r) => r.textContent.trim() === 'hi'))
+  await page.screenshot({ path: path.join(shots, '3-terminal-echo-hi.png') })
+
+  // A template's builds; a build the build API ran shows its log, one
+  // built on the host (the CI's base) says it has none.
+  await page.click('nav a[href="#/templates"]')
+  await page.locator('#templates tbody tr a').first().click()
+  const build = page.locator('#builds tbody tr a').first()
+  if (await build.waitFor({ timeout: 10_000 }).then(() => true, () => false)) {
+    await build.click()
+    await page.locator('#build-log pre.log, #build-log p.error').first().waitFor()
+    await page.screenshot({ path: path.join(shots, '4-template-build.png') })
+  } else {
+    t.diagnostic('the first template has no builds to show')
+  }
+
+  // The events feed has the sandbox's creation; volumes and secrets load.
+  await page.click('nav a[href="#/events"]')
+  await page.locator('#events tbody tr', { hasText: id }).first().waitFor()
+  for (const p of ['volumes', 'secrets']) {
+    await page.click(`nav a[href="#/${p}"]`)
+    await page.locator(`main h2:text-is("${p[0].toUpperCase() + p.slice(1)}") ~ :is(table, p.muted:text-is("none"))`).waitFor()
+  }
+
+  await page.click('nav a[href="#/"]')
+  await row.waitFor()
+  await row.locator('button.kill').click()
+  await row.waitFor({ state: 'detached' })
+  const alive = await within(30_000, 'Sandbox.list', async () => {
+    const p = Sandbox.list()
+    const items = await p.nextItems()
+    return items.some((s) => s.sandboxId === id)
+  })
+  assert.equal(alive, false, 'the sandbox killed from the UI is gone')
+  assert.deepEqual(errors, [], 'no page errors')
+})
