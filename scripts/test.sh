@@ -110,7 +110,7 @@ MOAT_SETUP_TEMPLATES="base code-interpreter-v1" scripts/setup.sh || die "scripts
 # named, instead of failing (or, before, skipping) tests one by one.
 log "preflight: the real components the tests need"
 missing=()
-for tool in crun runc runsc qemu-system-x86_64 qemu-img mkfs.ext4 nft ip busybox mmdebstrap node npm python3 protoc sqlite3 flock tmux; do
+for tool in crun runc runsc qemu-system-x86_64 qemu-img mkfs.ext4 nft ip busybox mmdebstrap node npm python3 protoc sqlite3 flock tmux chromium; do
   # command -v also prints a file it cannot run (bash), so check it; the
   # runtimes must also run.
   if ! p=$(command -v "$tool"); then
@@ -297,7 +297,7 @@ vm_suites="lifecycle commands pty files interpreter isolation pause fork volumes
 gvisor_suites="commands files interpreter isolation lifecycle pause volumes"
 custom_suites="commands files"
 if [ "$tier" = full ]; then
-  vm_suites=$(echo "$all" | grep -v -x -e secrets -e mcp) # the Secret API and moat mcp are runtime-independent
+  vm_suites=$(echo "$all" | grep -v -x -e secrets -e mcp -e console) # the Secret API, moat mcp and the console are runtime-independent
   custom_suites="commands files isolation netpolicy"
 fi
 net_suites="hostnet netpolicy domains inject isolation"

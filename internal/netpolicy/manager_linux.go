@@ -79,6 +79,9 @@ func New(log *slog.Logger, opts ...Option) (*Manager, error) {
 	if err := m.fw.Install(); err != nil {
 		return nil, err
 	}
+	if err := raiseNeighbourLimits(m.log, "/proc/sys"); err != nil { // neigh_linux.go
+		return nil, fmt.Errorf("netpolicy: %w", err)
+	}
 	m.watching.Add(1)
 	go func() {
 		defer m.watching.Done()

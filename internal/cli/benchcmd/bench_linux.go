@@ -120,6 +120,7 @@ func New(sh Shared) *cobra.Command {
 	cmd.Flags().IntVar(&dens.Containers, "containers", 200, "with --density: container sandboxes")
 	cmd.Flags().IntVar(&dens.VMs, "vms", 50, "with --density: microVM sandboxes")
 	cmd.Flags().IntVar(&dens.VMMiB, "vm-memory", 256, "with --density: memory of each microVM, MiB")
+	cmd.Flags().IntVar(&dens.ContainerMiB, "container-memory", 0, "with --density: memory each container reserves, MiB (default: the template's)")
 	cmd.Flags().DurationVar(&dens.Idle, "idle", 10*time.Second, "with --density: idle time before each memory reading")
 	cmd.Flags().StringVar(&ttiMode, "tti", "",
 		"time to interactive (create + first command) of --count sandboxes (default 100) through a running server, "+

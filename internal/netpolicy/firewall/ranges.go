@@ -108,3 +108,51 @@ func withDenyAllV6(deny []netip.Prefix) []netip.Prefix {
 	}
 	return deny
 }
+
+// mergePrefixes returns the fewest prefixes that cover exactly what ps
+// covers (IPv4 first, then IPv6): adjacent and overlapping prefixes are
+// joined. The hostnets chain has a rule per prefix, and a host routing to
+// a thousand sandboxes of another server has a thousand adjacent /30s,
+// which as rules overflow a netlink message ("message too long").
+func mergePrefixes(ps []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, r := range append(v4Ranges(mergeV4(ps)), mergeV6(ps)...) {
+		out = append(out, rangePrefixes(r.from, r.to)...)
+	}
+	return out
+}
+
+// rangePrefixes splits the inclusive range from..to (one family) into
+// the fewest prefixes: at each step the largest aligned block that starts
+// at from and ends within to.
+func rangePrefixes(from, to netip.Addr) []netip.Prefix {
+	var out []netip.Prefix
+	bits := from.BitLen()
+	for {
+		b := bits
+		for b > 0 {
+			p := netip.PrefixFrom(from, b-1).Masked()
+			if p.Addr() != from || lastAddr(p).Compare(to) > 0 {
+				break
+			}
+			b--
+		}
+		p := netip.PrefixFrom(from, b)
+		out = append(out, p)
+		last := lastAddr(p)
+		if last.Compare(to) >= 0 || !last.Next().IsValid() {
+			return out
+		}
+		from = last.Next()
+	}
+}
+
+// lastAddr is the last address of prefix p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(a)*8; i++ {
+		a[i/8] |= 0x80 >> (i % 8)
+	}
+	last, _ := netip.AddrFromSlice(a)
+	return last
+}

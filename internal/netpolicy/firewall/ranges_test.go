@@ -3,6 +3,7 @@ package firewall
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 )
 
@@ -55,5 +56,31 @@ func TestMergeV6(t *testing.T) {
 	}
 	if got := withDenyAllV6(pfx("0.0.0.0/1", "128.0.0.0/1")); len(got) != 2 {
 		t.Errorf("a narrower IPv4 deny changed: %v", got)
+	}
+}
+
+func TestMergePrefixes(t *testing.T) {
+	pp := pfx
+	var thousand []netip.Prefix // 1024 adjacent /30s: 10.200.0.0/20
+	for i := range 1024 {
+		thousand = append(thousand, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 200, byte(i >> 6), byte(i&63) << 2}), 30))
+	}
+	for _, tc := range []struct {
+		name string
+		in   []netip.Prefix
+		want []netip.Prefix
+	}{
+		{"a thousand adjacent /30s are one /20", thousand, pp("10.200.0.0/20")},
+		{"disjoint stay apart", pp("10.0.0.0/8", "192.168.1.0/24"), pp("10.0.0.0/8", "192.168.1.0/24")},
+		{"contained goes", pp("10.0.0.0/8", "10.1.2.0/24"), pp("10.0.0.0/8")},
+		{"unaligned run splits exactly", pp("10.0.0.4/30", "10.0.0.8/29", "10.0.0.16/30"), pp("10.0.0.4/30", "10.0.0.8/29", "10.0.0.16/30")},
+		{"two halves join", pp("10.0.0.0/25", "10.0.0.128/25"), pp("10.0.0.0/24")},
+		{"IPv6 too", pp("fd00::/65", "fd00::8000:0:0:0/65", "::1/128"), pp("::1/128", "fd00::/64")},
+		{"everything", pp("0.0.0.0/1", "128.0.0.0/1"), pp("0.0.0.0/0")},
+	} {
+		got := mergePrefixes(tc.in)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

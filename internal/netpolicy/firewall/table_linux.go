@@ -223,7 +223,7 @@ func rejectAdmin() []expr.Any {
 
 // addHostnetsRules adds one drop rule per prefix of deny to chain ch.
 func addHostnetsRules(c *nftables.Conn, t *nftables.Table, ch *nftables.Chain, deny []netip.Prefix) {
-	for _, p := range deny {
+	for _, p := range mergePrefixes(deny) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: join(daddrIn(p), verdict(expr.VerdictDrop))})
 	}
 }

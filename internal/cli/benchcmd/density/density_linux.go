@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,8 +29,12 @@ type Config struct {
 	Containers int
 	VMs        int
 	VMMiB      int
-	Idle       time.Duration // how long the sandboxes idle before the memory is read
-	Backends   runtime.Backends
+	// ContainerMiB, when set, is the memory the containers reserve (a
+	// copy of Template with it, like the microVMs'): the capacity model
+	// then holds that many more.
+	ContainerMiB int
+	Idle         time.Duration // how long the sandboxes idle before the memory is read
+	Backends     runtime.Backends
 }
 
 // ServeFunc runs a server with cfg in this process until stop and returns
@@ -52,6 +59,10 @@ const (
 // is made) and keeps its own 256 MiB snapshot in it across runs; the row
 // itself is removed after the run.
 func densityVMTemplateID(tmpl string) string { return strings.ToUpper(tmpl[:1]) + tmpl[1:] }
+
+// densityContainerTemplateID is the ID of the containers' template copy
+// (Config.ContainerMiB) beside the microVMs' vmID.
+func densityContainerTemplateID(vmID string) string { return vmID + "C" }
 
 // member is one sandbox of the run.
 type member struct {
@@ -126,7 +137,11 @@ func Run(cmd *cobra.Command, cfg Config, serve ServeFunc) (retErr error) {
 func runDensity(ctx context.Context, out io.Writer, c *moat.Client, cfg Config, vmTpl string, f *fleet, base hostSample) (*densityReport, error) {
 	rep := &densityReport{cfg: cfg, base: base, server: readHost()}
 	t := time.Now()
-	if err := bringUp(ctx, c, f, "container", cfg.Template, cfg.Containers, densityContainersAtOnce); err != nil {
+	ctTpl := cfg.Template
+	if cfg.ContainerMiB > 0 {
+		ctTpl = densityContainerTemplateID(vmTpl)
+	}
+	if err := bringUp(ctx, out, c, f, "container", ctTpl, cfg.Containers, densityContainersAtOnce); err != nil {
 		return nil, err
 	}
 	rep.containersUp = time.Since(t)
@@ -134,7 +149,7 @@ func runDensity(ctx context.Context, out io.Writer, c *moat.Client, cfg Config, 
 	time.Sleep(cfg.Idle)
 	rep.containers = readHost()
 	t = time.Now()
-	if err := bringUp(ctx, c, f, "vm", vmTpl, cfg.VMs, densityVMsAtOnce); err != nil {
+	if err := bringUp(ctx, out, c, f, "vm", vmTpl, cfg.VMs, densityVMsAtOnce); err != nil {
 		return nil, err
 	}
 	rep.vmsUp = time.Since(t)
@@ -181,20 +196,36 @@ func registerDensityTemplate(ctx context.Context, cfg Config) (string, func() er
 	if err := db.UpsertTemplate(ctx, vt); err != nil {
 		return "", nil, err
 	}
+	ids := []string{id}
+	if cfg.ContainerMiB > 0 {
+		ct := vt
+		ct.ID, ct.Name, ct.MemoryMB, ct.CPUCount, ct.Runtime = densityContainerTemplateID(id),
+			"density-"+tpl.Name+fmt.Sprintf("-c%dm", cfg.ContainerMiB), cfg.ContainerMiB, tpl.CPUCount, "container"
+		if err := db.UpsertTemplate(ctx, ct); err != nil {
+			return "", nil, err
+		}
+		ids = append(ids, ct.ID)
+	}
 	unregister := func() error {
 		db, err := store.Open(context.WithoutCancel(ctx), cfg.DataDir+"/moat.db")
 		if err != nil {
 			return err
 		}
 		defer db.Close()
-		return db.DeleteTemplate(context.WithoutCancel(ctx), id)
+		var errs []error
+		for _, id := range ids {
+			errs = append(errs, db.DeleteTemplate(context.WithoutCancel(ctx), id))
+		}
+		return errors.Join(errs...)
 	}
 	return id, unregister, nil
 }
 
 // bringUp creates n sandboxes of tmpl on runtime rt, k at a time, each
 // with its tag in its environment, and runs a first command in each.
-func bringUp(ctx context.Context, c *moat.Client, f *fleet, rt, tmpl string, n, k int) error {
+// On failures it prints how many came up and why the others did not
+// (the first limit a growing host hits).
+func bringUp(ctx context.Context, out io.Writer, c *moat.Client, f *fleet, rt, tmpl string, n, k int) error {
 	sem := make(chan struct{}, k)
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -217,7 +248,42 @@ func bringUp(ctx context.Context, c *moat.Client, f *fleet, rt, tmpl string, n, 
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if failed := printFailures(out, rt, n, errs); failed != nil {
+		return failed
+	}
+	return nil
+}
+
+// sandboxSpecific are the parts of an error that differ between sandboxes.
+var sandboxSpecific = regexp.MustCompile(`\bi[a-z0-9]{20}\b|\b\d+\.\d+\.\d+\.\d+(:\d+)?\b|(container|vm)-\d+`)
+
+// printFailures prints how many of n sandboxes of rt failed, by reason,
+// and returns an error saying so (nil when none failed).
+func printFailures(out io.Writer, rt string, n int, errs []error) error {
+	reasons := map[string]int{}
+	failed := 0
+	var first error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if failed++; first == nil {
+			first = err
+		}
+		r := sandboxSpecific.ReplaceAllString(err.Error(), "…")
+		if len(r) > 200 {
+			r = r[:200] + "…"
+		}
+		reasons[r]++
+	}
+	if failed == 0 {
+		return nil
+	}
+	fmt.Fprintf(out, "%d of %d %s sandboxes came up; the others failed:\n", n-failed, n, rt)
+	for _, r := range slices.SortedFunc(maps.Keys(reasons), func(a, b string) int { return reasons[b] - reasons[a] }) {
+		fmt.Fprintf(out, "  %5d × %s\n", reasons[r], r)
+	}
+	return fmt.Errorf("%d of %d %s sandboxes failed (the first: %w)", failed, n, rt, first)
 }
 
 // echoTag runs `echo $DENSITY_TAG` in m's sandbox and checks the answer.

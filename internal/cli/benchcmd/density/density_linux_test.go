@@ -1,8 +1,10 @@
 package density
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -57,5 +59,26 @@ func TestReadKV(t *testing.T) {
 	kv := readKV(writeTemp(t, "MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\nName:\tenvd\n"))
 	if kv["MemTotal"] != 24000000 || kv["MemAvailable"] != 20000000 || len(kv) != 2 {
 		t.Fatalf("readKV = %v", kv)
+	}
+}
+
+func TestPrintFailures(t *testing.T) {
+	var out strings.Builder
+	errs := []error{nil,
+		errors.New("container-1: create: sandbox iabcdefghij0123456789: envd not reachable at 10.200.1.2:49983"),
+		errors.New("container-2: create: sandbox izyxwvutsrq9876543210: envd not reachable at 10.200.1.6:49983"),
+		errors.New("container-3: create: 503: the host has no room"), nil}
+	err := printFailures(&out, "container", len(errs), errs)
+	if err == nil || !strings.Contains(err.Error(), "3 of 5 container sandboxes failed") {
+		t.Fatalf("error: %v", err)
+	}
+	want := []string{"2 of 5 container sandboxes came up", "2 × …: create: sandbox …: envd not reachable at …", "1 × …: create: 503: the host has no room"}
+	for _, w := range want {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out.String())
+		}
+	}
+	if printFailures(&out, "vm", 2, []error{nil, nil}) != nil {
+		t.Error("no failures: want nil")
 	}
 }
