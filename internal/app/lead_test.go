@@ -35,7 +35,10 @@ func TestRunLed(t *testing.T) {
 		t.Cleanup(func() { db.Close() })
 		jctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
-		go func() { defer close(done); runLed(jctx, db, store.WebhookLeadKey, "test", slog.New(slog.DiscardHandler), job) }()
+		go func() {
+			defer close(done)
+			runLed(jctx, db, store.WebhookLeadKey, "test", slog.New(slog.DiscardHandler), job)
+		}()
 		stops = append(stops, func() { cancel(); <-done })
 	}
 	waitFor(t, func() bool { return running.Load() == 1 })
