@@ -94,22 +94,29 @@ func TestPostgresBadDSN(t *testing.T) {
 	}
 }
 
+// twoStores are two stores on one new database of a private server, as
+// two servers of a cluster have.
+func twoStores(t *testing.T) (srv *pgtest.Server, a, b *store.DB) {
+	t.Helper()
+	srv = pgtest.Start(t)
+	dsn := srv.NewDB(t)
+	var dbs [2]*store.DB
+	for i := range dbs {
+		db, err := store.Open(context.Background(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		dbs[i] = db
+	}
+	return srv, dbs[0], dbs[1]
+}
+
 // TestPostgresLockServer: a second server on the same database is refused
 // while the first holds it, and may take it once the first lets go.
 func TestPostgresLockServer(t *testing.T) {
-	srv := pgtest.Start(t)
-	dsn := srv.NewDB(t)
+	_, a, b := twoStores(t)
 	ctx := context.Background()
-	a, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
 	release, err := a.LockServer(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -128,19 +135,8 @@ func TestPostgresLockServer(t *testing.T) {
 // TestPostgresLead: of two stores on one database one leads a job; the
 // other does once the first lets go or its connection dies.
 func TestPostgresLead(t *testing.T) {
-	srv := pgtest.Start(t)
-	dsn := srv.NewDB(t)
+	srv, a, b := twoStores(t)
 	ctx := context.Background()
-	a, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
 	release, held, ok, err := a.Lead(ctx, store.WebhookLeadKey)
 	if err != nil || !ok || !held(ctx) {
 		t.Fatalf("first Lead: ok %v, %v", ok, err)
