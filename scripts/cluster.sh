@@ -1,31 +1,32 @@
 #!/usr/bin/env bash
 # A Moat cluster on one machine, for tests (docs/cluster.md): a private
 # PostgreSQL (Debian's, initdb in DIR, a unix socket, run as nobody), a
-# bridge mclbr0 (10.98.0.1/24) and three network namespaces on it as if
-# three hosts: node-a (api,node; 10.98.0.11, server scope 2), node-b (node,
-# joined with a token and the CA pinned; 10.98.0.12, scope 3) and an API
-# server alone (10.98.0.13, scope 4). The templates the SDK suites use are
+# bridge mclbr0 (10.98.0.1/24) and four network namespaces on it as if
+# four hosts: an API server alone (10.98.0.11, server scope 2), which holds
+# the cluster CA, and three nodes, each joined with a token and the CA
+# pinned: node-a (10.98.0.12, scope 3), node-b (10.98.0.13, scope 4) and
+# node-c (10.98.0.14, scope 5). The templates the SDK suites use are
 # registered in the shared store from the CI template cache.
 #
 #   scripts/cluster.sh up DIR DATA_DIR   start it; DIR/env gets
 #                                        MOAT_E2E_API_URL and MOAT_E2E_API_KEY
 #   scripts/cluster.sh down DIR          stop it, check that sandboxes ran
-#                                        on both nodes and nothing is left
+#                                        on every node and nothing is left
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cmd=${1:?usage: scripts/cluster.sh up DIR DATA_DIR | down DIR}
 dir=${2:?usage: scripts/cluster.sh up DIR DATA_DIR | down DIR}
 pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 dsn="postgres://postgres@/moat?host=$dir/pg"
-names=(node-a node-b front)
-roles=(api,node node api)
-scopes=(2 3 4)
+names=(front node-a node-b node-c)
+roles=(api node node node)
+scopes=(2 3 4 5)
 
 up() {
   local data=${1:?DATA_DIR}
   [ -x "$pgbin/postgres" ] || { echo "cluster: PostgreSQL is missing (Debian package postgresql-15)" >&2; exit 1; }
   local i
-  for i in 0 1 2; do ip netns del "mcl$i" 2>/dev/null || true; done # what a killed run left
+  for i in 0 1 2 3; do ip netns del "mcl$i" 2>/dev/null || true; done # what a killed run left
   ip link del mclbr0 2>/dev/null || true
   mkdir -p "$dir/pg" && chmod 711 "$dir" && chown nobody "$dir/pg"
   runuser -u nobody -- "$pgbin/initdb" -D "$dir/pg/data" -A trust -U postgres >/dev/null
@@ -38,7 +39,7 @@ up() {
   ip link add mclbr0 type bridge
   ip addr add 10.98.0.1/24 dev mclbr0
   ip link set mclbr0 up
-  for i in 0 1 2; do
+  for i in 0 1 2 3; do
     local ns=mcl$i addr=10.98.0.1$((i + 1))
     ip netns add "$ns"
     ip link add "mclv$i" type veth peer name eth0 netns "$ns"
@@ -49,18 +50,17 @@ up() {
     ip -n "$ns" route add default via 10.98.0.1
     mkdir -p "$dir/${names[$i]}" && chmod 711 "$dir/${names[$i]}"
   done
-  start 0
-  local key
-  key=$(grep -oE 'e2b_[0-9a-f]{40}' "$dir/node-a.log" | head -n 1)
-  local tok pin
-  tok=$(bin/moat cluster token --store "$dsn" --data-dir "$dir/node-a" 2>"$dir/token-hint")
-  pin=$(sed -E 's/.*--ca-sha256 ([0-9a-f]+).*/\1/' "$dir/token-hint")
-  bin/moat cluster join --api http://10.98.0.11:3000 --token "$tok" --ca-sha256 "$pin" \
-    --node-id node-b --dir "$dir/node-b/cluster-node" >/dev/null
-  cp -a "$dir/node-a/cluster-ca" "$dir/front/cluster-ca" # an API server holds the CA
-  start 1
-  start 2
-  printf 'export MOAT_E2E_API_URL=http://10.98.0.13:3000\nexport MOAT_E2E_API_KEY=%s\n' "$key" >"$dir/env"
+  start 0 # the API server: it holds the cluster CA and joins the nodes
+  local key tok pin
+  key=$(grep -oE 'e2b_[0-9a-f]{40}' "$dir/front.log" | head -n 1)
+  for i in 1 2 3; do
+    tok=$(bin/moat cluster token --store "$dsn" --data-dir "$dir/front" 2>"$dir/token-hint")
+    pin=$(sed -E 's/.*--ca-sha256 ([0-9a-f]+).*/\1/' "$dir/token-hint")
+    bin/moat cluster join --api http://10.98.0.11:3000 --token "$tok" --ca-sha256 "$pin" \
+      --node-id "${names[$i]}" --dir "$dir/${names[$i]}/cluster-node" >/dev/null
+    start "$i"
+  done
+  printf 'export MOAT_E2E_API_URL=http://10.98.0.11:3000\nexport MOAT_E2E_API_KEY=%s\n' "$key" >"$dir/env"
   bin/moat cluster nodes --store "$dsn" >&2
 }
 
@@ -83,28 +83,33 @@ start() {
 }
 
 down() {
-  local rc=0 i pid
-  local a b
-  a=$(grep -c 'sandbox created' "$dir/node-a.log" 2>/dev/null || true)
-  b=$(grep -c 'sandbox created' "$dir/node-b.log" 2>/dev/null || true)
-  echo "cluster: sandboxes created on node-a ${a:-0}, on node-b ${b:-0}, on the API server $(grep -c 'sandbox created' "$dir/front.log" 2>/dev/null || true)" >&2
-  if [ "${a:-0}" = 0 ] || [ "${b:-0}" = 0 ]; then
-    echo "cluster: the sandboxes were not spread over both nodes" >&2
-    rc=1
-  fi
-  for i in 2 1 0; do
+  local rc=0 i pid n counts=
+  for i in 0 1 2 3; do
+    n=$(grep -c 'sandbox created' "$dir/${names[$i]}.log" 2>/dev/null || true)
+    counts+=" ${names[$i]} ${n:-0}"
+    if [ "$i" -gt 0 ] && [ "${n:-0}" = 0 ]; then
+      echo "cluster: ${names[$i]} ran no sandbox: the creates were not spread over every node" >&2
+      rc=1
+    fi
+    if [ "$i" = 0 ] && [ "${n:-0}" != 0 ]; then
+      echo "cluster: the API server ran sandboxes" >&2
+      rc=1
+    fi
+  done
+  echo "cluster: sandboxes created:$counts" >&2
+  for i in 3 2 1 0; do
     pid=$(cat "$dir/${names[$i]}.pid" 2>/dev/null) || continue
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
   done
   local left
-  left=$({ ip netns list | grep -E '^moats[234]-' || true; grep -E "$dir/" /proc/self/mountinfo || true; })
+  left=$({ ip netns list | grep -E '^moats[2345]-' || true; grep -E "$dir/" /proc/self/mountinfo || true; })
   if [ -n "$left" ]; then
     printf 'cluster: left on the host:\n%s\n' "$left" >&2
     rc=1
   fi
-  for i in 0 1 2; do
+  for i in 0 1 2 3; do
     ip netns del "mcl$i" 2>/dev/null || true
   done
   ip link del mclbr0 2>/dev/null || true

@@ -390,12 +390,12 @@ if [[ "$rts" == *" container "* && "$rts" == *" vm "* ]]; then
 fi
 
 # The SDK suites that need no particular runtime through an API server in
-# front of two nodes, each server in its own network namespace on a bridge
-# (scripts/cluster.sh; docs/cluster.md).
+# front of three nodes, each server in its own network namespace on a
+# bridge (scripts/cluster.sh; docs/cluster.md).
 if [ "$tier" = full ]; then
   set -- $(pick commands files pty lifecycle errors concurrency pause interpreter fork events)
   if [ $# -gt 0 ]; then
-    log "cluster: PostgreSQL, node-a (api,node), node-b (node) and an API server in three network namespaces (scripts/cluster.sh)"
+    log "cluster: PostgreSQL, an API server and three nodes, each in a network namespace of its own (scripts/cluster.sh)"
     cdir="$work/cluster"
     mkdir -p "$cdir"
     if scripts/cluster.sh up "$cdir" "$MOAT_DATA_DIR"; then

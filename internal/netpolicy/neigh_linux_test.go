@@ -20,7 +20,7 @@ func TestRaiseNeighbourLimits(t *testing.T) {
 		{"linux defaults are raised", []int{128, 512, 1024}, []int{128, 512, 1024}, neighLimits[:], neighLimits[:], false},
 		{"higher values stay", []int{100000, 200000, 300000}, []int{128, 512, 1024}, []int{100000, 200000, 300000}, neighLimits[:], false},
 		{"no IPv6", []int{128, 512, 1024}, nil, neighLimits[:], nil, false},
-		{"no IPv4 table is an error", nil, nil, nil, nil, true},
+		{"not visible (a namespace other than the host's): left alone", nil, nil, nil, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sys := t.TempDir()
