@@ -203,14 +203,21 @@ func lostNode(t *testing.T, dsn string, servers map[string]*realServer, b *realS
 	if gone > 18*time.Second {
 		t.Errorf("node-b's sandboxes were reported gone after %v, want within 15 s (lease 12 s + a watcher round)", gone)
 	}
-	list, err := a.client().ListSandboxes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sb := range list {
-		if slices.Contains(onB, sb.ID) {
-			t.Errorf("list still has %s of the lost node", sb.ID)
+	// The list too: the watcher marks the node lost, then removes its
+	// rows, so a get may say gone a moment before the list does.
+	for {
+		list, err := a.client().ListSandboxes(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
+		left := slices.ContainsFunc(list, func(sb moat.SandboxInfo) bool { return slices.Contains(onB, sb.ID) })
+		if !left {
+			break
+		}
+		if time.Since(killed) > 20*time.Second {
+			t.Fatalf("20 s after the kill, the list still has sandboxes of the lost node: %v", list)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	for range 2 {
 		if sb := f.createSandbox(t); nodeOf(t, dsn, sb.ID) != "node-a" {
