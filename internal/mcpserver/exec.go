@@ -63,7 +63,10 @@ func (s *server) runCommand(ctx context.Context, in commandIn) (*mcp.CallToolRes
 	code, err := sb.Run(rctx, in.Command, moat.RunOptions{Stdout: stdout, Stderr: stderr, Envs: in.Envs, Cwd: in.Cwd, User: in.User})
 	out := commandOut{ExitCode: code, Stdout: stdout.String(), Stderr: stderr.String()}
 	if err != nil {
-		if rctx.Err() == nil {
+		// Connect sends rctx's deadline to envd, which may end the stream
+		// with deadline_exceeded a moment before rctx itself expires: that
+		// is this call's timeout too.
+		if rctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 			return nil, commandOut{}, err
 		}
 		// The structured output is left out of an error result: the
