@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/store/pgsql"
+	"github.com/moatsh/moat/internal/testkit/hostleak"
 	moat "github.com/moatsh/moat/sdk/go"
 )
 
@@ -225,33 +226,9 @@ func lostNode(t *testing.T, dsn string, servers map[string]*realServer, b *realS
 		}
 	}
 	startScoped(t, dirB, bArgs)
-	for _, id := range onB {
-		if left := leftovers(t, id, dirB); len(left) > 0 {
-			t.Errorf("after node-b's restart, sandbox %s left: %v", id, left)
-		}
+	if left := hostleak.Of(dirB, onB...); len(left) > 0 {
+		t.Errorf("after node-b's restart, its sandboxes left: %v", left)
 	}
-}
-
-// leftovers lists what of sandbox id is on the host: paths under dir,
-// /run/moat and /run/netns, and processes, that name it.
-func leftovers(t *testing.T, id, dir string) []string {
-	t.Helper()
-	var out []string
-	for _, root := range []string{dir, "/run/moat", "/run/netns"} {
-		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-			if err == nil && strings.Contains(d.Name(), id) {
-				out = append(out, p)
-			}
-			return nil
-		})
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), id) {
-			out = append(out, p+": "+strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
-	return out
 }
 
 // clusterDir is a data dir (traversable for the sandboxes' roots).

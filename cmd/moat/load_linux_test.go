@@ -7,9 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/testkit"
+	"github.com/moatsh/moat/internal/testkit/hostleak"
 )
 
 // createResult is one create request's outcome as a client saw it.
@@ -232,66 +231,8 @@ func TestLoadAdmission(t *testing.T) {
 		}
 	}
 	killAll(t, c, s, ids)
-	assertNoHostObjects(t, s.dataDir, ids)
+	hostleak.WaitNone(t, 20*time.Second, s.dataDir, ids...)
 	ids = nil
-}
-
-// assertNoHostObjects waits up to 20 s until no host object named after
-// any of ids is left: netns, veth, mount, loop device, cgroup, directory.
-func assertNoHostObjects(t testing.TB, dataDir string, ids []string) {
-	t.Helper()
-	var left []string
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		left = hostObjects(dataDir, ids)
-		if len(left) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
-	if len(left) > 0 {
-		sort.Strings(left)
-		t.Fatalf("left on the host after kill (%d):\n%s", len(left), strings.Join(left[:min(len(left), 40)], "\n"))
-	}
-}
-
-func hostObjects(dataDir string, ids []string) []string {
-	var left []string
-	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
-	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	var backing []string
-	for _, p := range loops {
-		b, _ := os.ReadFile(p)
-		backing = append(backing, string(b))
-	}
-	links, _ := os.ReadDir("/sys/class/net")
-	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/moat/*")
-	cg2, _ := filepath.Glob("/sys/fs/cgroup/moat/*")
-	cgroups = append(cgroups, cg2...)
-	for _, id := range ids {
-		for _, p := range []string{"/run/netns/moat-" + id, filepath.Join(dataDir, "sandboxes", id)} {
-			if _, err := os.Lstat(p); err == nil {
-				left = append(left, p)
-			}
-		}
-		if strings.Contains(string(mountinfo), id) {
-			left = append(left, "mount of "+id)
-		}
-		for _, b := range backing {
-			if strings.Contains(b, id) {
-				left = append(left, "loop device for "+strings.TrimSpace(b))
-			}
-		}
-		for _, l := range links {
-			if l.Name() == "mh"+id[:min(len(id), 12)] {
-				left = append(left, "link "+l.Name())
-			}
-		}
-		for _, cg := range cgroups {
-			if strings.Contains(cg, id) {
-				left = append(left, "cgroup "+cg)
-			}
-		}
-	}
-	return left
 }
 
 // BenchmarkCreateThroughput measures creates per second through the API of

@@ -8,8 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/moatsh/moat/internal/runtime/gvisor"
 	"github.com/moatsh/moat/internal/runtime/runtimetest"
 	"github.com/moatsh/moat/internal/testkit"
+	"github.com/moatsh/moat/internal/testkit/hostleak"
 )
 
 func TestFake(t *testing.T) {
@@ -91,7 +90,7 @@ func runBackend(t *testing.T, name string) {
 			Spec: func(id string) runtime.Spec {
 				return runtime.Spec{ID: id, RootfsDir: rootfs, VCPUs: 1, MemoryMiB: 256, Pids: 256, DiskMiB: 256, Hostname: "conf"}
 			},
-			Leaks: func(id string) []string { return hostLeaks(dataDir, id) },
+			Leaks: func(id string) []string { return hostleak.Of(dataDir, id) },
 			Ready: envdReady,
 			Envd:  true,
 		}
@@ -111,39 +110,4 @@ func envdReady(ctx context.Context, h *runtime.Handle) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return last
-}
-
-// hostLeaks lists the host objects still named after id: mounts, netns,
-// sandbox directories and processes.
-func hostLeaks(dataDir, id string) []string {
-	var out []string
-	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.Contains(l, id) {
-				out = append(out, "mount: "+l)
-			}
-		}
-	}
-	if es, err := os.ReadDir("/run/netns"); err == nil {
-		for _, e := range es {
-			if strings.Contains(e.Name(), id) {
-				out = append(out, "netns: "+e.Name())
-			}
-		}
-	}
-	for _, d := range runtime.SandboxDirs {
-		if _, err := os.Stat(filepath.Join(dataDir, d, id)); err == nil {
-			out = append(out, "dir: "+filepath.Join(dataDir, d, id))
-		}
-	}
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		if _, err := strconv.Atoi(p.Name()); err != nil {
-			continue
-		}
-		if b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline")); err == nil && strings.Contains(string(b), id) {
-			out = append(out, "process "+p.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
-	return out
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/moatsh/moat/internal/runtime/runtimetest"
 	"github.com/moatsh/moat/internal/runtime/vm"
 	"github.com/moatsh/moat/internal/testkit"
+	"github.com/moatsh/moat/internal/testkit/hostleak"
 )
 
 // TestVM runs the suite on microVMs (QEMU; TCG without KVM), one runtime
@@ -50,7 +51,7 @@ func TestVM(t *testing.T) {
 			Spec: func(id string) runtime.Spec {
 				return runtime.Spec{ID: id, TemplateID: "base", RootfsDir: rootfs, VCPUs: 1, MemoryMiB: 256, Hostname: "conf"}
 			},
-			Leaks: func(id string) []string { return hostLeaks(filepath.Join(dir, "data"), id) },
+			Leaks: func(id string) []string { return hostleak.Of(filepath.Join(dir, "data"), id) },
 			Ready: envdReady,
 		}
 	})
