@@ -112,7 +112,8 @@ func newClusterJoinCmd() *cobra.Command {
 		Use:   "join --api URL --token TOKEN --node-id ID --dir DIR",
 		Short: "Get this node's certificate from the cluster CA with a join token",
 		Long: "Make this node's key, send its certificate request with the join token to an API server's\n" +
-			join.Path + ", and write " + join.KeyFile + ", " + join.CertFile + " and " + join.CAFile + " into DIR (the key mode 0600).",
+			join.Path + ", and write " + join.KeyFile + ", " + join.CertFile + ", " + join.CAFile + " and " + join.APIFile + " into DIR (the key mode 0600).\n" +
+			"The node renews its certificate through that API server when two thirds of its 30 days have passed.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if apiURL == "" || token == "" || nodeID == "" || dir == "" {
@@ -127,17 +128,8 @@ func newClusterJoinCmd() *cobra.Command {
 					return fmt.Errorf("join: the API server's cluster CA has SHA-256 %s, not %s: refused (is %s the cluster's?)", h, caHash, apiURL)
 				}
 			}
-			if err := os.MkdirAll(dir, 0o700); err != nil {
+			if err := join.Save(dir, apiURL, key, cert, ca); err != nil {
 				return err
-			}
-			for _, f := range []struct {
-				name string
-				b    []byte
-				mode os.FileMode
-			}{{join.CAFile, ca, 0o644}, {join.CertFile, cert, 0o644}, {join.KeyFile, key, 0o600}} {
-				if err := os.WriteFile(filepath.Join(dir, f.name), f.b, f.mode); err != nil {
-					return err
-				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "joined as %s: %s\n", nodeID, dir)
 			return nil

@@ -205,6 +205,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer node.close()
+	defer node.renewCerts(ctx)()                          // certrenew.go
 	var orchRef atomic.Pointer[orchestrator.Orchestrator] // for the cluster's callbacks, set below
 	stopCluster, err := startCluster(ctx, cfg, db, rts, node.addr, &orchRef)
 	if err != nil {

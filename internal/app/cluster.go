@@ -111,6 +111,7 @@ func startCluster(ctx context.Context, cfg Config, db *store.DB, rts []runtime.R
 // and, on a node, the node API's listener.
 type nodeAPI struct {
 	tls  *tls.Config  // nil: not clustered
+	cert *nodeCert    // what tls presents, renewed (nil: not clustered)
 	ln   net.Listener // nil: no node API
 	addr string       // what other servers dial ("" = no node API)
 }
@@ -123,7 +124,7 @@ func openNodeAPI(ctx context.Context, cfg Config, is *join.Issuer) (*nodeAPI, er
 		return n, nil
 	}
 	var err error
-	if n.tls, err = clusterTLS(cfg, is); err != nil {
+	if n.tls, n.cert, err = clusterTLS(cfg, is); err != nil {
 		return nil, err
 	}
 	if cfg.NodeAddr != "" {
@@ -189,7 +190,7 @@ func joinIssuer(cfg Config, db *store.DB) (*join.Issuer, error) {
 // withJoin serves join.Path with is and everything else with api.
 func withJoin(api http.Handler, is *join.Issuer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == join.Path {
+		if r.URL.Path == join.Path || r.URL.Path == join.RenewPath {
 			is.ServeHTTP(w, r)
 			return
 		}

@@ -8,13 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
-
-	"github.com/moatsh/moat/internal/cluster/join"
 )
 
 // Roles a server takes in a cluster (--role): "api" answers the REST API
@@ -56,32 +52,6 @@ func (c *Config) clustered() bool {
 // gave it (join.KeyFile, join.CertFile, join.CAFile): pass it to the
 // join's --dir.
 func NodeCertDir(dataDir string) string { return filepath.Join(dataDir, "cluster-node") }
-
-// clusterTLS is this server's end of the node API's mutual TLS: the
-// certificate in NodeCertDir when the node joined, else one for its node
-// ID that the cluster CA in its data dir signs now (a server holding the
-// CA, as the API servers do).
-func clusterTLS(cfg Config, is *join.Issuer) (*tls.Config, error) {
-	dir := NodeCertDir(cfg.DataDir)
-	var pems [3][]byte
-	var errs []error
-	for i, f := range []string{join.KeyFile, join.CertFile, join.CAFile} {
-		b, err := os.ReadFile(filepath.Join(dir, f))
-		pems[i] = b
-		errs = append(errs, err)
-	}
-	err := errors.Join(errs...)
-	switch {
-	case err == nil:
-	case slices.ContainsFunc(errs, func(e error) bool { return e != nil && !errors.Is(e, os.ErrNotExist) }):
-		return nil, fmt.Errorf("node certificate in %s: %w", dir, err)
-	default:
-		if pems[0], pems[1], pems[2], err = is.Self(cfg.NodeID); err != nil {
-			return nil, fmt.Errorf("node certificate: %w", err)
-		}
-	}
-	return join.TLSConfig(pems[1], pems[0], pems[2])
-}
 
 // listenNode opens the node API's listener on cfg.NodeAddr and returns it
 // with the address other servers dial (the port the kernel chose for

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/moatsh/moat/internal/errdefs/errhttp"
@@ -35,9 +37,11 @@ type (
 )
 
 // ServeHTTP answers POST Path: {"token","csr"} → {"certificate","ca"}; the
-// token is the only credential. Errors are {"code","message"}: 400 for a
-// malformed body, token or request, 403 for a token that is unknown,
-// expired or used, 405 for another method, 413 past 16 KiB.
+// token is the only credential. And POST RenewPath:
+// {"certificate","csr","time","signature"} → {"certificate","ca"} (Renew).
+// Errors are {"code","message"}: 400 for a malformed body, token or
+// request, 403 for a token that is unknown, expired or used, or a renewal
+// that does not prove the node, 405 for another method, 413 past 16 KiB.
 func (is *Issuer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -50,11 +54,16 @@ func (is *Issuer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		errhttp.Write(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a join request is at most %d bytes", maxBody))
 		return
 	}
-	var in joinRequest
-	if err == nil {
-		err = json.Unmarshal(b, &in)
-	}
 	if err != nil {
+		errhttp.Write(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		return
+	}
+	if r.URL.Path == RenewPath {
+		is.serveRenew(w, b)
+		return
+	}
+	var in joinRequest
+	if err := json.Unmarshal(b, &in); err != nil {
 		errhttp.Write(w, http.StatusBadRequest, "the body must be JSON {\"token\":\"...\",\"csr\":\"<PEM>\"}")
 		return
 	}
@@ -82,28 +91,56 @@ func Ask(ctx context.Context, hc *http.Client, apiURL, token, nodeID string) (ke
 		return nil, nil, nil, err
 	}
 	body, _ := json.Marshal(joinRequest{Token: token, CSR: string(csr)})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(apiURL, "/")+Path, bytes.NewReader(body))
+	cert, ca, err = post(ctx, hc, apiURL, Path, body)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("join: %w", err)
+	}
+	return key, cert, ca, nil
+}
+
+// post sends body to path of the API server at apiURL and returns the
+// certificate and CA of its answer.
+func post(ctx context.Context, hc *http.Client, apiURL, path string, body []byte) (cert, ca []byte, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(apiURL, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("join: %w", err)
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK {
 		var e errhttp.Error
 		_ = json.Unmarshal(b, &e)
-		return nil, nil, nil, fmt.Errorf("join: %s answered %d: %s: %w", apiURL, resp.StatusCode, e.Message,
-			errhttp.ToNative(resp.StatusCode))
+		return nil, nil, fmt.Errorf("%s answered %d: %s: %w", apiURL, resp.StatusCode, e.Message, errhttp.ToNative(resp.StatusCode))
 	}
 	var out joinAnswer
 	if err := json.Unmarshal(b, &out); err != nil || out.Certificate == "" || out.CA == "" {
-		return nil, nil, nil, fmt.Errorf("join: %s answered an unexpected body", apiURL)
+		return nil, nil, fmt.Errorf("%s answered an unexpected body", apiURL)
 	}
-	return key, []byte(out.Certificate), []byte(out.CA), nil
+	return []byte(out.Certificate), []byte(out.CA), nil
+}
+
+// Save writes what a join gave the node into dir (made 0700 if missing):
+// the CA's certificate, its certificate, its key (mode 0600) and apiURL,
+// where it renews (APIFile).
+func Save(dir, apiURL string, key, cert, ca []byte) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		b    []byte
+		mode os.FileMode
+	}{{CAFile, ca, 0o644}, {CertFile, cert, 0o644}, {KeyFile, key, 0o600}, {APIFile, []byte(apiURL + "\n"), 0o644}} {
+		if err := os.WriteFile(filepath.Join(dir, f.name), f.b, f.mode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CAHash is the hex SHA-256 of the first certificate in caPEM (its DER):

@@ -85,6 +85,22 @@ type Issuer struct {
 	CA     *tlsca.CA
 	Tokens Tokens
 	Now    func() time.Time
+	// Lifetime of the certificates it signs; 0 = CertLifetime.
+	Lifetime time.Duration
+}
+
+func (is *Issuer) now() time.Time {
+	if is.Now != nil {
+		return is.Now()
+	}
+	return time.Now()
+}
+
+func (is *Issuer) lifetime() time.Duration {
+	if is.Lifetime > 0 {
+		return is.Lifetime
+	}
+	return CertLifetime
 }
 
 // Join checks token (and uses it up) and signs the certificate request
@@ -96,29 +112,39 @@ func (is *Issuer) Join(ctx context.Context, token string, csrPEM []byte) (cert, 
 	if err != nil {
 		return nil, nil, err
 	}
+	csr, err := parseCSR(csrPEM)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := is.Tokens.UseJoinToken(ctx, id, hash(secret), csr.Subject.CommonName, is.now()); err != nil {
+		return nil, nil, err
+	}
+	return is.sign(csr)
+}
+
+// parseCSR decodes and checks a certificate request for a node: PEM, its
+// signature, and its CommonName a node ID.
+func parseCSR(csrPEM []byte) (*x509.CertificateRequest, error) {
 	blk, _ := pem.Decode(csrPEM)
 	if blk == nil || blk.Type != "CERTIFICATE REQUEST" {
-		return nil, nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "the certificate request is not a PEM CERTIFICATE REQUEST")
+		return nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "the certificate request is not a PEM CERTIFICATE REQUEST")
 	}
 	csr, err := x509.ParseCertificateRequest(blk.Bytes)
 	if err != nil {
-		return nil, nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "certificate request: %v", err)
+		return nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "certificate request: %v", err)
 	}
 	if err := csr.CheckSignature(); err != nil {
-		return nil, nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "certificate request signature: %v", err)
+		return nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "certificate request signature: %v", err)
 	}
-	node := csr.Subject.CommonName
-	if !nodeIDRE.MatchString(node) {
-		return nil, nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "node ID %q: want lower-case letters, digits, '.' and '-', at most 63", node)
+	if node := csr.Subject.CommonName; !nodeIDRE.MatchString(node) {
+		return nil, errdefs.Publicf(errdefs.ErrInvalidArgument, "node ID %q: want lower-case letters, digits, '.' and '-', at most 63", node)
 	}
-	now := time.Now
-	if is.Now != nil {
-		now = is.Now
-	}
-	if err := is.Tokens.UseJoinToken(ctx, id, hash(secret), node, now()); err != nil {
-		return nil, nil, err
-	}
-	der, err := is.CA.Peer(csr.PublicKey, node, CertLifetime)
+	return csr, nil
+}
+
+// sign makes the node certificate for csr; cert and ca are PEM.
+func (is *Issuer) sign(csr *x509.CertificateRequest) (cert, ca []byte, err error) {
+	der, err := is.CA.Peer(csr.PublicKey, csr.Subject.CommonName, is.lifetime())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -144,21 +170,13 @@ func Request(nodeID string) (keyPEM, csrPEM []byte, err error) {
 		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
 }
 
-// TLSConfig is one end of the node API's mutual TLS: it presents cert and
-// key and trusts only the cluster CA (caPEM), as a server (a client
-// certificate from the CA is required) and as a client (the server's
-// certificate must name the peer it dials, tls.Config.ServerName).
+// TLSConfig is Config of a Keeper holding certPEM and keyPEM.
 func TLSConfig(certPEM, keyPEM, caPEM []byte) (*tls.Config, error) {
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("cluster TLS: %w", err)
+	var k Keeper
+	if err := k.Set(certPEM, keyPEM); err != nil {
+		return nil, err
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("cluster TLS: no certificate in the CA file")
-	}
-	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, ClientCAs: pool,
-		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13}, nil
+	return k.Config(caPEM)
 }
 
 // Self is the certificate of a server that holds the CA itself (an API
@@ -176,7 +194,7 @@ func (is *Issuer) Self(nodeID string) (keyPEM, certPEM, caPEM []byte, err error)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	der, err := is.CA.Peer(key.Public(), nodeID, CertLifetime)
+	der, err := is.CA.Peer(key.Public(), nodeID, is.lifetime())
 	if err != nil {
 		return nil, nil, nil, err
 	}
