@@ -256,8 +256,11 @@ func Serve(ctx context.Context, cfg Config) error {
 			log.Warn("volumes stay mounted", "err", err)
 		}
 	}()
-	api := server.New(server.Config{Store: db, Orch: orch, Logger: log, Builds: builds, Volumes: vols,
-		Secrets: secretSvc, Webhooks: hooks})
+	sc := server.Config{Store: db, Orch: orch, Logger: log, Builds: builds, Volumes: vols, Secrets: secretSvc, Webhooks: hooks}
+	if cfg.clustered() { // the front door sends a volume's traffic to its node
+		sc.NodeID = cfg.NodeID
+	}
+	api := server.New(sc)
 	if err := recoverVolumes(ctx, db, api, cfg.NodeID); err != nil { // volumes.go
 		log.Warn("volumes of recovered sandboxes", "err", err)
 	}

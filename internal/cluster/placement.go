@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -13,6 +14,9 @@ import (
 type Need struct {
 	MemoryMB int
 	Runtime  string // "" = any
+	// Node pins the sandbox to one node ("" = any): the one that holds
+	// the volumes it mounts.
+	Node string
 }
 
 // Placement chooses a node for each sandbox (store.PlaceSandbox calls
@@ -83,10 +87,10 @@ func (p Placement) Rank(loads []store.NodeLoad, need Need) ([]string, error) {
 // fitter judges nodes for one need at one instant, and remembers why
 // those it turned down did not fit.
 type fitter struct {
-	need        Need
-	over        float64
-	t           time.Time
-	runs, alive bool
+	need                Need
+	over                float64
+	t                   time.Time
+	pinned, runs, alive bool
 }
 
 func (p Placement) fit(need Need) *fitter {
@@ -103,6 +107,12 @@ func (p Placement) fit(need Need) *fitter {
 // free is the memory node l has left after the need, and whether it may
 // take it: it runs the runtime, is alive and has room.
 func (f *fitter) free(l store.NodeLoad) (int, bool) {
+	if f.need.Node != "" {
+		if l.ID != f.need.Node {
+			return 0, false
+		}
+		f.pinned = true
+	}
 	if f.need.Runtime != "" && !slices.Contains(l.Runtimes, f.need.Runtime) {
 		return 0, false
 	}
@@ -117,11 +127,17 @@ func (f *fitter) free(l store.NodeLoad) (int, bool) {
 
 // none is the error when no node fit.
 func (f *fitter) none(need Need) error {
-	switch {
-	case !f.runs && need.Runtime != "":
-		return errdefs.Publicf(errdefs.ErrInvalidArgument, "no node runs the %s runtime", need.Runtime)
-	case !f.alive:
-		return errdefs.Publicf(errdefs.ErrUnavailable, "no node is available to run sandboxes; try again shortly")
+	on := ""
+	if need.Node != "" {
+		on = fmt.Sprintf(" (node %s, which holds the sandbox's volumes)", need.Node)
 	}
-	return errdefs.Publicf(errdefs.ErrUnavailable, "no node has room for a sandbox of %d MiB; try again later", need.MemoryMB)
+	switch {
+	case need.Node != "" && !f.pinned:
+		return errdefs.Publicf(errdefs.ErrUnavailable, "node %s, which holds the sandbox's volumes, is not in the cluster", need.Node)
+	case !f.runs && need.Runtime != "":
+		return errdefs.Publicf(errdefs.ErrInvalidArgument, "no node%s runs the %s runtime", on, need.Runtime)
+	case !f.alive:
+		return errdefs.Publicf(errdefs.ErrUnavailable, "no node%s is available to run sandboxes; try again shortly", on)
+	}
+	return errdefs.Publicf(errdefs.ErrUnavailable, "no node%s has room for a sandbox of %d MiB; try again later", on, need.MemoryMB)
 }

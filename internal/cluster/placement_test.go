@@ -44,6 +44,10 @@ func TestPick(t *testing.T) {
 		{"only lost", []store.NodeLoad{lost, expired}, Need{MemoryMB: 256}, "", errdefs.ErrUnavailable},
 		{"no node runs it", []store.NodeLoad{node("a", 4096, 0, 0, "container")}, Need{MemoryMB: 256, Runtime: "gvisor"}, "", errdefs.ErrInvalidArgument},
 		{"no nodes", nil, Need{MemoryMB: 256}, "", errdefs.ErrUnavailable},
+		{"pinned to its volumes' node", []store.NodeLoad{node("a", 4096, 0, 0, "container"), node("b", 1024, 512, 3, "container")}, Need{MemoryMB: 256, Node: "b"}, "b", nil},
+		{"pinned node full", []store.NodeLoad{node("a", 4096, 0, 0, "container"), node("b", 256, 1024, 4, "container")}, Need{MemoryMB: 256, Node: "b"}, "", errdefs.ErrUnavailable},
+		{"pinned node lost", []store.NodeLoad{node("a", 4096, 0, 0, "container"), lost}, Need{MemoryMB: 256, Node: "lost"}, "", errdefs.ErrUnavailable},
+		{"pinned node gone", []store.NodeLoad{node("a", 4096, 0, 0, "container")}, Need{MemoryMB: 256, Node: "b"}, "", errdefs.ErrUnavailable},
 	}
 	p := Placement{Now: func() time.Time { return now }}
 	for _, tt := range tests {

@@ -45,6 +45,10 @@ type Config struct {
 	// Webhooks serves /events (lifecycle events and webhooks, kept in
 	// Store); nil answers them with 501.
 	Webhooks *webhook.Service
+	// NodeID is this server's node in a cluster ("" alone): the volumes
+	// it creates are recorded as on it (package cluster/front sends their
+	// API and the sandboxes that mount them there).
+	NodeID string
 }
 
 // Server is an http.Handler for the REST API.
@@ -54,6 +58,7 @@ type Server struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 
+	nodeID    string           // Config.NodeID
 	builds    *BuildConfig     // nil: template builds are off
 	volumes   *volume.Manager  // nil: volumes are off
 	vols      *volumeapi.API   // the volume API, when volumes are on
@@ -69,7 +74,7 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{db: cfg.Store, orch: cfg.Orch, log: cfg.Logger, mux: http.NewServeMux(), builds: cfg.Builds,
-		volumes: cfg.Volumes, secrets: cfg.Secrets, webhooks: cfg.Webhooks}
+		volumes: cfg.Volumes, secrets: cfg.Secrets, webhooks: cfg.Webhooks, nodeID: cfg.NodeID}
 	s.routes()
 	return s
 }

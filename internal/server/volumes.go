@@ -10,7 +10,7 @@ import (
 func (s *Server) volumeRoutes() {
 	if s.volumes != nil {
 		s.vols = volumeapi.New(volumeapi.Deps{Store: s.db, Volumes: s.volumes, Log: s.log, Team: team,
-			Fail: s.fail, Decode: s.decodeBody})
+			Fail: s.fail, Decode: s.decodeBody, Node: s.nodeID})
 		s.orch.OnRemove(s.vols.Release) // a sandbox's volumes, once it is gone
 	}
 	s.vols.Register(s.mux, s.auth)

@@ -40,7 +40,7 @@ func newVolumeHarnessM(t *testing.T) (*harness, string, *volume.Manager) {
 			t.Error(err)
 		}
 	})
-	ts := httptest.NewServer(server.New(server.Config{Store: env.DB, Orch: env.Orch, Volumes: vols}))
+	ts := httptest.NewServer(server.New(server.Config{Store: env.DB, Orch: env.Orch, Volumes: vols, NodeID: "node-h"}))
 	t.Cleanup(ts.Close)
 	return &harness{t: t, url: ts.URL, key: key, env: env}, filepath.Join(data, "volumes"), vols
 }
@@ -63,6 +63,10 @@ func TestVolumesCRUD(t *testing.T) {
 	r.json(t, &v)
 	if v.VolumeID == "" || v.Name != "data" || v.Token == "" || v.SizeMB != 16 {
 		t.Fatalf("created %s", r.body)
+	}
+	// In a cluster the volume is recorded as on this server's node.
+	if got, err := h.env.DB.GetVolume(context.Background(), "", v.VolumeID); err != nil || got.Node != "node-h" {
+		t.Fatalf("stored: %+v, %v; want node node-h", got, err)
 	}
 	img := filepath.Join(dir, v.VolumeID, "image.ext4")
 	if st, err := os.Stat(img); err != nil || st.Size() != 16<<20 {

@@ -19,9 +19,11 @@ type Volume struct {
 	// Token authorizes the volume content API for this volume.
 	Token     string
 	CreatedAt time.Time
+	// Node holds the volume's image ("" = a server alone on its host).
+	Node string
 }
 
-const volumeCols = `id, team, name, size_mb, token, created_at`
+const volumeCols = `id, team, name, size_mb, token, created_at, node_id`
 
 // InsertVolume stores v; errdefs.ErrAlreadyExists when its ID, or its name
 // within its team, is taken; errdefs.ErrInvalidArgument without a valid
@@ -33,8 +35,8 @@ func (d *DB) InsertVolume(ctx context.Context, v Volume) error {
 	if v.ID == "" || v.Name == "" || v.SizeMB <= 0 || v.Token == "" {
 		return fmt.Errorf("insert volume %q (name %q, %d MB): %w", v.ID, v.Name, v.SizeMB, errInvalid)
 	}
-	_, err := d.w.ExecContext(ctx, `INSERT INTO volumes (`+volumeCols+`) VALUES (?, ?, ?, ?, ?, ?)`,
-		v.ID, v.Team, v.Name, v.SizeMB, v.Token, toUnix(v.CreatedAt))
+	_, err := d.w.ExecContext(ctx, `INSERT INTO volumes (`+volumeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		v.ID, v.Team, v.Name, v.SizeMB, v.Token, toUnix(v.CreatedAt), v.Node)
 	if err != nil {
 		if isUniqueViolation(err) {
 			return fmt.Errorf("volume %s (name %q): %w", v.ID, v.Name, errAlreadyExists)
@@ -83,7 +85,7 @@ func (d *DB) DeleteVolume(ctx context.Context, team, id string) error {
 func scanVolume(sc scanner) (Volume, error) {
 	var v Volume
 	var created int64
-	if err := sc.Scan(&v.ID, &v.Team, &v.Name, &v.SizeMB, &v.Token, &created); err != nil {
+	if err := sc.Scan(&v.ID, &v.Team, &v.Name, &v.SizeMB, &v.Token, &created, &v.Node); err != nil {
 		return v, err
 	}
 	v.CreatedAt = fromUnix(created)

@@ -18,7 +18,7 @@ func volumes(t *testing.T, d Store) {
 	for _, v := range []store.Volume{
 		{ID: "vola", Team: "x", Name: "data", SizeMB: 64, Token: "ta", CreatedAt: now},
 		{ID: "volb", Team: "x", Name: "cache", SizeMB: 128, Token: "tb", CreatedAt: now},
-		{ID: "volc", Team: "y", Name: "data", SizeMB: 64, Token: "tc", CreatedAt: now},
+		{ID: "volc", Team: "y", Name: "data", SizeMB: 64, Token: "tc", CreatedAt: now, Node: "node-b"},
 	} {
 		if err := d.InsertVolume(ctx, v); err != nil {
 			t.Fatalf("insert %s: %v", v.ID, err)
@@ -39,10 +39,10 @@ func volumes(t *testing.T, d Store) {
 		}
 	}
 	got, err := d.GetVolume(ctx, "x", "data")
-	if err != nil || got.ID != "vola" || got.SizeMB != 64 || got.Token != "ta" || !got.CreatedAt.Equal(now) {
+	if err != nil || got.ID != "vola" || got.SizeMB != 64 || got.Token != "ta" || !got.CreatedAt.Equal(now) || got.Node != "" {
 		t.Fatalf("get by name: %+v, %v", got, err)
 	}
-	if got, err = d.GetVolume(ctx, "", "volc"); err != nil || got.Team != "y" {
+	if got, err = d.GetVolume(ctx, "", "volc"); err != nil || got.Team != "y" || got.Node != "node-b" {
 		t.Fatalf("get any team's by ID: %+v, %v", got, err)
 	}
 	for _, ref := range []string{"volc", "nope"} {

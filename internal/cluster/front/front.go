@@ -40,6 +40,9 @@ type Store interface {
 	GetNode(ctx context.Context, id string) (store.Node, error)
 	NodeLoads(ctx context.Context) ([]store.NodeLoad, error)
 	GetTemplate(ctx context.Context, idOrName string) (store.Template, error)
+	// GetVolume and CheckAPIKey find the node of a volume (volumes.go).
+	GetVolume(ctx context.Context, team, ref string) (store.Volume, error)
+	CheckAPIKey(ctx context.Context, key string) (team string, ok bool, err error)
 }
 
 // HeaderForwarded names, on a request a server sent on to a node, the
@@ -126,6 +129,10 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.serveSandbox(w, r, id, traffic)
 	case r.Method == http.MethodPost && (r.URL.Path == "/sandboxes" || r.URL.Path == "/v2/sandboxes"):
 		f.create(w, r)
+	case r.Method == http.MethodPost && r.URL.Path == "/volumes":
+		f.createVolume(w, r)
+	case apiVolume.MatchString(r.URL.Path):
+		f.serveVolume(w, r, apiVolume.FindStringSubmatch(r.URL.Path)[1])
 	default:
 		f.c.Local.ServeHTTP(w, r)
 	}
@@ -297,24 +304,36 @@ func (f *Front) Close() {
 const maxCreateBody = 1 << 20
 
 // create places a new sandbox: on this server when placement chooses it
-// (or no node is reachable but this one), else on the chosen node; a node
-// that answers 429 or 503 makes the create try the next one, as long as
-// one is left.
+// (or no node is reachable but this one and nothing pins the sandbox
+// elsewhere), else on the chosen node.
 func (f *Front) create(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxCreateBody+1))
 	if err != nil || len(body) > maxCreateBody {
 		f.c.Local.ServeHTTP(w, withBody(r, body)) // the API's own answer
 		return
 	}
-	order, err := f.candidates(r.Context(), f.need(r.Context(), body))
-	if err != nil || len(order) == 0 {
-		if f.c.Node {
-			f.c.Local.ServeHTTP(w, withBody(r, body))
-			return
-		}
-		if err == nil {
-			err = errdefs.Publicf(errdefs.ErrUnavailable, "no node is available to run sandboxes; try again shortly")
-		}
+	need, err := f.need(r.Context(), r, body)
+	if err != nil {
+		errhttp.WriteError(w, err)
+		return
+	}
+	order, err := f.candidates(r.Context(), need)
+	if (err != nil || len(order) == 0) && f.c.Node && need.Node == "" {
+		f.c.Local.ServeHTTP(w, withBody(r, body))
+		return
+	}
+	f.tryNodes(w, r, body, order, err)
+}
+
+// tryNodes sends the request with body to the first node of order (this
+// server's own API when it is this one); a node that answers 429 or 503
+// makes it try the next one, as long as one is left. err (or an empty
+// order) is answered as it is.
+func (f *Front) tryNodes(w http.ResponseWriter, r *http.Request, body []byte, order []store.Node, err error) {
+	if err == nil && len(order) == 0 {
+		err = errdefs.Publicf(errdefs.ErrUnavailable, "no node is available to run sandboxes; try again shortly")
+	}
+	if err != nil {
 		errhttp.WriteError(w, err)
 		return
 	}
@@ -337,13 +356,16 @@ func (f *Front) create(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// need is what the create in body asks of its node: its template's memory
-// and the runtime its metadata names (zero values when unknown: the node
-// answers a bad body itself).
-func (f *Front) need(ctx context.Context, body []byte) cluster.Need {
+// need is what the create in body asks of its node: its template's memory,
+// the runtime its metadata names and the node of the volumes it mounts
+// (zero values when unknown: the node answers a bad body itself).
+func (f *Front) need(ctx context.Context, r *http.Request, body []byte) (cluster.Need, error) {
 	var req struct {
-		TemplateID string            `json:"templateID"`
-		Metadata   map[string]string `json:"metadata"`
+		TemplateID   string            `json:"templateID"`
+		Metadata     map[string]string `json:"metadata"`
+		VolumeMounts []struct {
+			Name string `json:"name"`
+		} `json:"volumeMounts"`
 	}
 	_ = json.Unmarshal(body, &req)
 	need := cluster.Need{Runtime: req.Metadata["moat.runtime"]}
@@ -352,7 +374,18 @@ func (f *Front) need(ctx context.Context, body []byte) cluster.Need {
 			need.MemoryMB = t.MemoryMB
 		}
 	}
-	return need
+	if len(req.VolumeMounts) > 0 {
+		names := make([]string, len(req.VolumeMounts))
+		for i, m := range req.VolumeMounts {
+			names[i] = m.Name
+		}
+		node, err := f.volumesNode(ctx, r.Header.Get("X-API-KEY"), names)
+		if err != nil {
+			return need, err
+		}
+		need.Node = node
+	}
+	return need, nil
 }
 
 // candidates are the nodes a create may go to, best first: the one

@@ -23,6 +23,8 @@ import (
 type fakeStore struct {
 	nodes     map[string]store.NodeLoad
 	sandboxes map[string]string // ID → node
+	volumes   []store.Volume
+	keys      map[string]string // API key → team
 	gets      atomic.Int32
 	down      atomic.Bool // every read fails as in a store outage
 }
@@ -60,6 +62,20 @@ func (s *fakeStore) NodeLoads(context.Context) ([]store.NodeLoad, error) {
 
 func (s *fakeStore) GetTemplate(_ context.Context, id string) (store.Template, error) {
 	return store.Template{ID: id, MemoryMB: 512}, nil
+}
+
+func (s *fakeStore) GetVolume(_ context.Context, team, ref string) (store.Volume, error) {
+	for _, v := range s.volumes {
+		if (v.ID == ref || (team != "" && v.Name == ref)) && (team == "" || v.Team == team) {
+			return v, nil
+		}
+	}
+	return store.Volume{}, errdefs.ErrNotFound
+}
+
+func (s *fakeStore) CheckAPIKey(_ context.Context, key string) (string, bool, error) {
+	team, ok := s.keys[key]
+	return team, ok, nil
 }
 
 // cluster is a CA and the TLS configs of its members.

@@ -66,6 +66,9 @@ type Deps struct {
 	// Decode reads a required JSON body into v; when it fails it has
 	// answered already (400, or 413 for an oversize body).
 	Decode func(w http.ResponseWriter, r *http.Request, v any) bool
+	// Node is recorded as the node of the volumes created here ("" for a
+	// server alone).
+	Node string
 }
 
 // API holds the volume API's handlers.
@@ -133,7 +136,7 @@ func (a *API) Create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := store.Volume{ID: volume.NewID(), Team: a.d.Team(r), Name: body.Name, SizeMB: size,
-		Token: volume.NewToken(), CreatedAt: time.Now()}
+		Token: volume.NewToken(), CreatedAt: time.Now(), Node: a.d.Node}
 	if err := a.d.Store.InsertVolume(r.Context(), v); err != nil {
 		if errors.Is(err, errdefs.ErrAlreadyExists) {
 			err = errdefs.Publicf(errdefs.ErrAlreadyExists, "volume %q already exists", v.Name)
