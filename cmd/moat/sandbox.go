@@ -106,7 +106,7 @@ func newSandboxCmd() *cobra.Command {
 	var cf clientFlags
 	cmd := &cobra.Command{Use: "sandbox", Aliases: []string{"sb"}, Short: "Manage sandboxes on a Moat server"}
 	cf.register(cmd)
-	cmd.AddCommand(newSandboxCreateCmd(&cf), newSandboxListCmd(&cf), newSandboxGetCmd(&cf), newSandboxExecCmd(&cf), newSandboxShellCmd(&cf), newSandboxKillCmd(&cf),
+	cmd.AddCommand(newSandboxCreateCmd(&cf), newSandboxListCmd(&cf), newSandboxGetCmd(&cf), newSandboxLogsCmd(&cf), newSandboxExecCmd(&cf), newSandboxShellCmd(&cf), newSandboxKillCmd(&cf),
 		newSandboxPauseCmd(&cf), newSandboxResumeCmd(&cf), newSandboxSnapshotCmd(&cf), newSandboxSnapshotsCmd(&cf),
 		newSandboxSnapshotRmCmd(&cf))
 	return cmd

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -103,5 +104,57 @@ func TestSandboxJSON(t *testing.T) {
 	}
 	if _, _, _, err := runCLI(append([]string{"sandbox", "get", "nosuchsandbox0", "--json"}, flags...)...); err == nil || !strings.Contains(err.Error(), "doesn't exist") {
 		t.Fatalf("get of an unknown sandbox: %v", err)
+	}
+}
+
+// TestSandboxLogsCLI: `moat sandbox logs` prints the sandbox's envd log
+// (a command's "process started"), filters by level, prints JSON lines,
+// and with -f prints what comes later until the sandbox is killed.
+func TestSandboxLogsCLI(t *testing.T) {
+	rootfs := requireRealServer(t)
+	s := startServer(t, newDataDir(t, rootfs))
+	sb := s.createSandbox(t)
+	flags := []string{"--api-url", s.base, "--api-key", s.key}
+	runIn(t, sb, "true")
+	out, _, _, err := runCLI(append([]string{"sandbox", "logs", sb.ID}, flags...)...)
+	if err != nil || !strings.Contains(out, "INFO  process started") || !strings.Contains(out, "pid=") {
+		t.Fatalf("logs: %v\n%s", err, out)
+	}
+	if out, _, _, err := runCLI(append([]string{"sandbox", "logs", sb.ID, "--level", "error"}, flags...)...); err != nil || strings.Contains(out, "process started") {
+		t.Fatalf("logs --level error: %v\n%s", err, out)
+	}
+	out, _, _, err = runCLI(append([]string{"sandbox", "logs", sb.ID, "--json", "--search", "process started"}, flags...)...)
+	var e moat.LogEntry
+	if err != nil || json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &e) != nil || e.Message != "process started" || e.Fields["pid"] == "" {
+		t.Fatalf("logs --json: %v\n%s", err, out)
+	}
+	if _, _, _, err := runCLI(append([]string{"sandbox", "logs", "nosuchsandbox0"}, flags...)...); err == nil || !strings.Contains(err.Error(), "doesn't exist") {
+		t.Fatalf("logs of an unknown sandbox: %v", err)
+	}
+	if _, _, _, err := runCLI(append([]string{"sandbox", "logs", sb.ID, "--level", "loud"}, flags...)...); err == nil || !strings.Contains(err.Error(), "level") {
+		t.Fatalf("logs --level loud: %v", err)
+	}
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, _, _, err := runCLI(append([]string{"sandbox", "logs", sb.ID, "-f", "--search", "process started"}, flags...)...)
+		done <- result{out, err}
+	}()
+	time.Sleep(1500 * time.Millisecond) // -f has printed what was there
+	runIn(t, sb, "true")
+	time.Sleep(1500 * time.Millisecond) // and polled again
+	if err := sb.Kill(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || strings.Count(r.out, "process started") != 2 {
+			t.Fatalf("logs -f: %v, want both commands' lines once each:\n%s", r.err, r.out)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("logs -f did not end after the kill")
 	}
 }

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"time"
 
 	"github.com/moatsh/moat/internal/orchestrator/usage"
 	"github.com/moatsh/moat/internal/store"
@@ -29,4 +30,15 @@ func (o *Orchestrator) Metrics(ctx context.Context, team, id string) ([]Metric, 
 	}
 	o.live.SetLastCPU(e, cpu, at)
 	return []Metric{m}, nil
+}
+
+// LogFiles are the files of team's sandbox id's own log (runtime.LogSource),
+// oldest first, and when it started; ErrNotFound for a sandbox the team
+// does not have here.
+func (o *Orchestrator) LogFiles(ctx context.Context, team, id string) ([]string, time.Time, error) {
+	sb, err := o.Get(ctx, team, id)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return o.rts.LogFiles(id), sb.StartedAt, nil
 }

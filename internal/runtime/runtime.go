@@ -111,6 +111,14 @@ type FilesystemPauser interface {
 	PauseFilesystem(ctx context.Context, id string) error
 }
 
+// LogSource is implemented by backends that keep a sandbox's own output:
+// envd's log (containers and gVisor) or the guest's serial console, which
+// carries envd's log after the guest's boot (microVMs). LogFiles names the
+// files, oldest first; a reader skips those that do not exist.
+type LogSource interface {
+	LogFiles(id string) []string
+}
+
 // Snapshotter is implemented by backends that can save a running sandbox
 // and start new ones from it (Spec.Snapshot); the others answer
 // errdefs.ErrNotImplemented to a create from a snapshot.

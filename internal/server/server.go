@@ -123,19 +123,8 @@ func (s *Server) routes() {
 		"PATCH /api-keys/{apiKeyID}", "DELETE /api-keys/{apiKeyID}"} {
 		m.HandleFunc(p, s.auth(notImplemented))
 	}
-	for _, p := range []string{"GET /sandboxes/{id}/logs", "GET /v2/sandboxes/{id}/logs"} {
-		m.HandleFunc(p, s.auth(s.withID(s.notImplementedFor)))
-	}
-}
-
-// notImplementedFor answers 501 for a sandbox the caller can see, 404
-// otherwise.
-func (s *Server) notImplementedFor(w http.ResponseWriter, r *http.Request, id string) {
-	if _, err := s.orch.Get(r.Context(), team(r), id); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	notImplemented(w, r)
+	m.HandleFunc("GET /sandboxes/{id}/logs", s.auth(s.withID(s.logsV1)))
+	m.HandleFunc("GET /v2/sandboxes/{id}/logs", s.auth(s.withID(s.logsV2)))
 }
 
 func notImplemented(w http.ResponseWriter, r *http.Request) {

@@ -49,6 +49,9 @@ type Runtime struct {
 	RecoverErr error
 	// EgressF fails SetEgress when it returns an error.
 	EgressF func(id string, e netpolicy.Egress) error
+	// LogDir, when set, holds each sandbox's log as <id>.log
+	// (runtime.LogSource).
+	LogDir string
 
 	mu        sync.Mutex
 	slots     []string          // IDs Prelaunched hands out; guarded by mu
@@ -228,6 +231,14 @@ func (r *Runtime) Count() int {
 }
 
 func (r *Runtime) Name() string { return "fake" }
+
+// LogFiles implements runtime.LogSource (LogDir).
+func (r *Runtime) LogFiles(id string) []string {
+	if r.LogDir == "" {
+		return nil
+	}
+	return []string{filepath.Join(r.LogDir, id+".log")}
+}
 
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (*runtime.Handle, error) {
 	if r.CreateF != nil {

@@ -349,3 +349,16 @@ func (s *Set) PruneTemplates(ctx context.Context, current []runtime.Spec, busy [
 	}
 	return freed, errors.Join(errs...)
 }
+
+// LogFiles implements runtime.LogSource on the sandbox's backend: none for
+// an unknown sandbox or a backend that keeps no log.
+func (s *Set) LogFiles(id string) []string {
+	rt, ok := s.lookup(id)
+	if !ok {
+		return nil
+	}
+	if l, ok := rt.(runtime.LogSource); ok {
+		return l.LogFiles(id)
+	}
+	return nil
+}

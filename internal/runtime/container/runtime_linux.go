@@ -630,3 +630,7 @@ func readPID(p string) (int, error) {
 	}
 	return pid, nil
 }
+
+// LogFiles implements runtime.LogSource: envd's output, on its capped
+// tmpfs.
+func (r *Runtime) LogFiles(id string) []string { return []string{r.logPath(id)} }

@@ -248,3 +248,10 @@ func (r *Runtime) snapshotDir(id string) string { return filepath.Join(r.dir, "s
 func envdAddr(h *runtime.Handle) string {
 	return h.Addr.String() + ":" + strconv.Itoa(guestenvd.Port)
 }
+
+// LogFiles implements runtime.LogSource: the guest's console, its earlier
+// part (rotated at qemu.ConsoleFileCap, and at each pause) first.
+func (r *Runtime) LogFiles(id string) []string {
+	dir := r.sandboxDir(id)
+	return []string{filepath.Join(dir, "console.log.1"), filepath.Join(dir, "console.log")}
+}
