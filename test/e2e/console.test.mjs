@@ -1,7 +1,8 @@
 // The web console (/console) in a real browser: Debian's chromium driven by
 // playwright-core. Log in with the key (a wrong one is refused), see a
-// sandbox appear, its CPU/memory chart, a terminal that runs `echo hi`, a
-// template's build log, and kill the sandbox from the UI.
+// sandbox appear, its CPU/memory chart, a terminal that runs `echo hi`, the
+// sandbox's log with the terminal's shell started, a template's build log,
+// and kill the sandbox from the UI.
 //
 // Screenshots go to $MOAT_E2E_LOG_DIR/console (else $TMPDIR/moat-console).
 // CHROMIUM overrides the browser (default /usr/bin/chromium).
@@ -85,6 +86,8 @@ test('console: list, chart, terminal, build log, kill', { timeout: 240_000 }, as
   await page.waitForFunction(() =>
     [...document.querySelectorAll('#terminal .xterm-rows > div')].some((r) => r.textContent.trim() === 'hi'))
   await page.screenshot({ path: path.join(shots, '3-terminal-echo-hi.png') })
+  // The sandbox's log shows envd starting the terminal's shell (a PTY).
+  await page.locator('#sandbox-log').filter({ hasText: /process started .*pty=true/ }).waitFor({ timeout: 30_000 })
 
   // A template's builds; a build the build API ran shows its log, one
   // built on the host (the CI's base) says it has none.

@@ -52,6 +52,7 @@ export function sandbox(main, id) {
   const chart = newChart()
   const termStatus = h('span', { id: 'terminal-status', class: 'muted' })
   const termEl = h('div', { id: 'terminal' })
+  const logEl = h('pre', { id: 'sandbox-log', class: 'log' })
   let closeTerm = null
   const openBtn = h('button', { id: 'open-terminal', onclick: async () => {
     openBtn.disabled = true
@@ -70,6 +71,7 @@ export function sandbox(main, id) {
     h('p', { class: 'legend' }, h('span', { class: 'cpu' }, '— CPU %'), h('span', { class: 'mem' }, '— memory %')),
     chart, h('p', { id: 'metrics-now', class: 'muted' }),
     h('h3', {}, 'Terminal'), h('p', {}, openBtn, ' ', termStatus), termEl,
+    h('h3', {}, 'Log'), logEl,
   )
   const history = []
   const load = async () => {
@@ -82,6 +84,11 @@ export function sandbox(main, id) {
       }
       history.splice(0, Math.max(0, history.length - 60))
       drawChart(chart, history)
+      // The newest 200 lines of the sandbox's own log, oldest first.
+      const logs = ((await api(`/v2/sandboxes/${enc(id)}/logs?direction=backward&limit=200`)) || {}).logs || []
+      logEl.textContent = logs.reverse().map((e) =>
+        `${when(e.timestamp)} ${e.level.toUpperCase().padEnd(5)} ${e.message}` +
+        Object.entries(e.fields || {}).map(([k, v]) => ` ${k}=${v}`).join('')).join('\n')
       const last = history.at(-1)
       if (last) {
         main.querySelector('#metrics-now').textContent =
