@@ -43,19 +43,8 @@ func newEnv(t *testing.T) *env {
 // peer joins as id with a fresh token and returns its TLS config.
 func (e *env) peer(t *testing.T, id string) *tls.Config {
 	t.Helper()
-	tok, err := NewToken(context.Background(), e.db, time.Hour, e.now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, csr, err := Request(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, ca, err := e.is.Join(context.Background(), tok, csr)
-	if err != nil {
-		t.Fatalf("join %s: %v", id, err)
-	}
-	cfg, err := TLSConfig(cert, key, ca)
+	key, cert := e.joined(t, id)
+	cfg, err := TLSConfig(cert, key, e.ca.CertPEM())
 	if err != nil {
 		t.Fatal(err)
 	}
