@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/moatsh/moat/internal/errdefs"
 )
 
 // TemplateKey names the template build a sandbox of spec starts from:
@@ -32,11 +34,24 @@ func TemplateKey(spec Spec) string {
 		h.Write(b)
 	} else {
 		fmt.Fprintln(h, spec.RootfsDir)
-		for _, p := range []string{spec.RootfsDir, filepath.Join(spec.RootfsDir, "usr/local/bin/envd")} {
+		for _, p := range []string{spec.RootfsDir, filepath.Join(spec.RootfsDir, EnvdPath)} {
 			if fi, err := os.Stat(p); err == nil {
 				fmt.Fprintln(h, fi.ModTime().UnixNano(), fi.Size())
 			}
 		}
 	}
 	return name + "-" + hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// EnvdPath is where a template's root filesystem holds envd.
+const EnvdPath = "usr/local/bin/envd"
+
+// CheckRootfs is nil when spec's root filesystem holds envd (a file at
+// EnvdPath), else ErrInvalidArgument naming the template's tree: what a
+// backend's Create checks before it makes anything.
+func CheckRootfs(spec Spec) error {
+	if fi, err := os.Stat(filepath.Join(spec.RootfsDir, EnvdPath)); err != nil || fi.IsDir() {
+		return fmt.Errorf("sandbox %s: template rootfs %q has no /%s: %w", spec.ID, spec.RootfsDir, EnvdPath, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }

@@ -49,8 +49,8 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 		return nil, err
 	}
 	if spec.Snapshot == "" {
-		if fi, err := os.Stat(filepath.Join(spec.RootfsDir, "usr/local/bin/envd")); err != nil || fi.IsDir() {
-			return nil, fmt.Errorf("sandbox %s: template rootfs %q has no /usr/local/bin/envd: %w", spec.ID, spec.RootfsDir, errdefs.ErrInvalidArgument)
+		if err := runtime.CheckRootfs(spec); err != nil {
+			return nil, err
 		}
 	}
 	spec = withDefaults(spec)
