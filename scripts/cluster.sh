@@ -29,6 +29,12 @@ up() {
   for i in 0 1 2 3; do ip netns del "mcl$i" 2>/dev/null || true; done # what a killed run left
   ip link del mclbr0 2>/dev/null || true
   mkdir -p "$dir/pg" && chmod 711 "$dir" && chown nobody "$dir/pg"
+  # PostgreSQL runs as nobody and the sandboxes' root is a mapped user:
+  # both must reach DIR through its parents.
+  if ! runuser -u nobody -- test -x "$dir/pg"; then
+    echo "cluster: user nobody cannot reach $dir: give its parent directories o+x (chmod 711)" >&2
+    exit 1
+  fi
   runuser -u nobody -- "$pgbin/initdb" -D "$dir/pg/data" -A trust -U postgres >/dev/null
   runuser -u nobody -- "$pgbin/pg_ctl" -D "$dir/pg/data" -w -l "$dir/pg/log" \
     -o "-k $dir/pg -c listen_addresses='' -c fsync=off" start >/dev/null

@@ -393,11 +393,12 @@ fi
 # front of three nodes, each server in its own network namespace on a
 # bridge (scripts/cluster.sh; docs/cluster.md).
 if [ "$tier" = full ]; then
-  set -- $(pick commands files pty lifecycle errors concurrency pause interpreter fork events)
+  set -- $(pick commands files pty lifecycle errors concurrency pause interpreter fork events volumes)
   if [ $# -gt 0 ]; then
     log "cluster: PostgreSQL, an API server and three nodes, each in a network namespace of its own (scripts/cluster.sh)"
     cdir="$work/cluster"
     mkdir -p "$cdir"
+    chmod 711 "$work" # PostgreSQL (as nobody) and the sandboxes reach cdir through it
     if scripts/cluster.sh up "$cdir" "$MOAT_DATA_DIR"; then
       # shellcheck source=/dev/null
       source "$cdir/env"

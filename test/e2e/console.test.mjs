@@ -13,9 +13,10 @@ import os from 'node:os'
 import path from 'node:path'
 
 import { chromium } from 'playwright-core'
-import { Sandbox } from 'e2b'
+import { randomUUID } from 'node:crypto'
+import { Sandbox, Template } from 'e2b'
 
-import { useServer, createSandbox, within } from './harness.mjs'
+import { useServer, createSandbox, within, template } from './harness.mjs'
 
 const ctx = useServer()
 const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium'
@@ -60,7 +61,7 @@ test('console: a wrong key is refused with a clear message', { timeout: 60_000 }
   assert.equal(await page.locator('#sandboxes').count(), 0, 'an empty key does not log in')
 })
 
-test('console: list, chart, terminal, build log, kill', { timeout: 240_000 }, async (t) => {
+test('console: list, chart, terminal, build log, kill', { timeout: 540_000 }, async (t) => {
   const sbx = await createSandbox(t)
   const id = sbx.sandboxId
   const { page, errors } = await newPage(t)
@@ -89,18 +90,19 @@ test('console: list, chart, terminal, build log, kill', { timeout: 240_000 }, as
   // The sandbox's log shows envd starting the terminal's shell (a PTY).
   await page.locator('#sandbox-log').filter({ hasText: /process started .*pty=true/ }).waitFor({ timeout: 30_000 })
 
-  // A template's builds; a build the build API ran shows its log, one
-  // built on the host (the CI's base) says it has none.
+  // A template built through the SDK: its build and the build's log,
+  // with the RUN step's output.
+  const alias = `e2e-console-${randomUUID().slice(0, 8)}`
+  const built = await within(300_000, 'Template.build', () =>
+    Template.build(Template().fromTemplate(template).runCmd('echo built-for-the-console'), { alias }))
+  t.after(() => fetch(`${process.env.E2B_API_URL}/templates/${built.templateId}`, {
+    method: 'DELETE', headers: { 'X-API-KEY': process.env.E2B_API_KEY },
+  }))
   await page.click('nav a[href="#/templates"]')
-  await page.locator('#templates tbody tr a').first().click()
-  const build = page.locator('#builds tbody tr a').first()
-  if (await build.waitFor({ timeout: 10_000 }).then(() => true, () => false)) {
-    await build.click()
-    await page.locator('#build-log pre.log, #build-log p.error').first().waitFor()
-    await page.screenshot({ path: path.join(shots, '4-template-build.png') })
-  } else {
-    t.diagnostic('the first template has no builds to show')
-  }
+  await page.locator('#templates tbody tr a', { hasText: built.templateId }).click()
+  await page.locator('#builds tbody tr a', { hasText: built.buildId }).click()
+  await page.locator('#build-log pre.log', { hasText: 'built-for-the-console' }).waitFor()
+  await page.screenshot({ path: path.join(shots, '4-template-build.png') })
 
   // The events feed has the sandbox's creation; volumes and secrets load.
   await page.click('nav a[href="#/events"]')
