@@ -36,6 +36,7 @@ import { Sandbox, Template, waitForFile, waitForPort } from 'e2b'
 import { useServer, within, template, repoRoot, dataDir } from './harness.mjs'
 
 const ctx = useServer()
+const runtimes = (process.env.MOAT_E2E_RUNTIME || 'container').split(',')
 
 function alias(what) {
   return `e2e-${what}-${randomUUID().slice(0, 8)}`
@@ -164,27 +165,35 @@ test('copy: the SDK uploads to Moat, the files land where E2B puts them', { time
   t.after(() => deleteTemplate(built.templateId))
   // The SDK got a signed URL from Moat and uploaded the tar there.
   assert.match(logs.map((e) => String(e.message)).join('\n'), /Uploaded 'hello.txt'/)
-  const sbx = await within(120_000, 'Sandbox.create(copy)', () => Sandbox.create(name, { timeoutMs: 300_000 }))
-  t.after(() => sbx.kill().catch(() => {}))
-  const r = await within(60_000, 'check', () =>
-    sbx.commands.run(
-      'cat /home/user/hello.txt /opt/app/main.py /opt/app/lib/util.py /etc/greetings/hello.txt; ' +
-        'stat -c "%U %a %n" /home/user/hello.txt /opt/app/main.py /opt/app/lib/util.py /etc/greetings/hello.txt; ' +
-        'cd /home/user && find app py -print | sort; readlink link; ' +
-        'stat -c "%U %n" /usr/local /usr/local/hello.txt /usr/local/util.py',
-    ),
-  )
-  assert.equal(
-    r.stdout.trim(),
-    [
-      `hello ${tag}`, 'print(1)', 'x = 1', `hello ${tag}`,
-      'user 644 /home/user/hello.txt', 'user 600 /opt/app/main.py', 'user 600 /opt/app/lib/util.py',
-      'root 644 /etc/greetings/hello.txt',
-      'app', 'app/lib', 'app/lib/util.py', 'app/main.py', 'app/notes.txt', 'py', 'py/main.py',
-      '/etc/hostname',
-      'root /usr/local', 'root /usr/local/hello.txt', 'root /usr/local/util.py',
-    ].join('\n'),
-  )
+  // The files are where E2B puts them in a sandbox of every runtime the
+  // server runs (a gvisor,vm server: in a gVisor sandbox and a microVM,
+  // whose disk is made from the built tree).
+  for (const rt of runtimes) {
+    const sbx = await within(300_000, `Sandbox.create(copy) on ${rt}`, () =>
+      Sandbox.create(name, { timeoutMs: 300_000, metadata: { 'moat.runtime': rt } }))
+    t.after(() => sbx.kill().catch(() => {}))
+    const r = await within(60_000, `check on ${rt}`, () =>
+      sbx.commands.run(
+        'cat /home/user/hello.txt /opt/app/main.py /opt/app/lib/util.py /etc/greetings/hello.txt; ' +
+          'stat -c "%U %a %n" /home/user/hello.txt /opt/app/main.py /opt/app/lib/util.py /etc/greetings/hello.txt; ' +
+          'cd /home/user && find app py -print | sort; readlink link; ' +
+          'stat -c "%U %n" /usr/local /usr/local/hello.txt /usr/local/util.py',
+      ),
+    )
+    assert.equal(
+      r.stdout.trim(),
+      [
+        `hello ${tag}`, 'print(1)', 'x = 1', `hello ${tag}`,
+        'user 644 /home/user/hello.txt', 'user 600 /opt/app/main.py', 'user 600 /opt/app/lib/util.py',
+        'root 644 /etc/greetings/hello.txt',
+        'app', 'app/lib', 'app/lib/util.py', 'app/main.py', 'app/notes.txt', 'py', 'py/main.py',
+        '/etc/hostname',
+        'root /usr/local', 'root /usr/local/hello.txt', 'root /usr/local/util.py',
+      ].join('\n'),
+      `the copied files in a sandbox on ${rt}`,
+    )
+    await sbx.kill()
+  }
   // A second build of the same files: the SDK finds them present.
   logs.length = 0
   await within(300_000, 'Template.build copy again', build)
