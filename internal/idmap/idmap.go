@@ -51,6 +51,12 @@ type Allocator struct {
 	parent string
 	also   []string // more parents whose directories' ranges count as taken
 	first  uint32   // the first slot handed out (FromSlot)
+	// seen caches the range recorded in each sandbox directory read
+	// before (a range file is written once and never changed), so that an
+	// allocation reads only the directories that are new since the last
+	// one: reading every sandbox's file was O(sandboxes) per create.
+	// Guarded by mu.
+	seen map[string]uint32
 }
 
 // NewAllocator allocates for the sandbox directories under parent. Ranges
@@ -82,24 +88,28 @@ func (a *Allocator) Allocate(dir string) (Range, error) {
 		return Range{}, err
 	}
 	defer unlock()
-	entries, err := os.ReadDir(a.parent)
-	if err != nil {
+	if _, err := os.Stat(a.parent); err != nil {
 		return Range{}, fmt.Errorf("idmap: %w", err)
 	}
 	used := map[uint32]bool{}
-	for _, e := range entries {
-		if r, err := Read(filepath.Join(a.parent, e.Name())); err == nil {
-			used[r.Host] = true
-		}
-	}
-	for _, p := range a.also {
-		entries, _ := os.ReadDir(p) // a missing parent has no ranges
+	seen := map[string]uint32{}
+	for _, p := range append([]string{a.parent}, a.also...) {
+		entries, _ := os.ReadDir(p) // a missing parent of also has no ranges
 		for _, e := range entries {
-			if r, err := Read(filepath.Join(p, e.Name())); err == nil {
-				used[r.Host] = true
+			dir := filepath.Join(p, e.Name())
+			h, ok := a.seen[dir]
+			if !ok {
+				r, err := Read(dir)
+				if err != nil {
+					continue
+				}
+				h = r.Host
 			}
+			seen[dir] = h
+			used[h] = true
 		}
 	}
+	a.seen = seen
 	for slot := a.first; slot < maxSlots; slot++ {
 		r := Range{Host: FirstHost + slot*Size}
 		if used[r.Host] {

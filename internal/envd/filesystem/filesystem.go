@@ -59,7 +59,7 @@ func NewService(st *state.State, users *users.Resolver, log *slog.Logger) *Servi
 
 // Handler returns the Connect handler and the path prefix to mount it on.
 func (s *Service) Handler() (path string, h http.Handler) {
-	return filesystemconnect.NewFilesystemHandler(s, connect.WithReadMaxBytes(16<<20))
+	return filesystemconnect.NewFilesystemHandler(s, connect.WithReadMaxBytes(16<<20), connect.WithCompressMinBytes(1024)) // as the process service
 }
 
 // Close stops all watchers, ending WatchDir streams and dropping the

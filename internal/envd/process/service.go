@@ -38,6 +38,12 @@ const retainEnd = 30 * time.Second
 // maxRequestBytes bounds a request message (SendInput carries data).
 const maxRequestBytes = 16 << 20
 
+// compressMinBytes: a message shorter than this goes uncompressed even to
+// a client that accepts gzip (connect-go's clients do; E2B's SDKs do not).
+// Process events are mostly a few dozen bytes, where a gzip writer costs
+// more than it saves.
+const compressMinBytes = 1024
+
 // Service is the process.Process service.
 type Service struct {
 	st    *state.State
@@ -61,7 +67,7 @@ func NewService(st *state.State, users *users.Resolver, log *slog.Logger) *Servi
 
 // Handler returns the mount path and HTTP handler of the service.
 func (s *Service) Handler() (path string, h http.Handler) {
-	return processconnect.NewProcessHandler(s, connect.WithReadMaxBytes(maxRequestBytes))
+	return processconnect.NewProcessHandler(s, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(compressMinBytes))
 }
 
 // Close kills every live process (and its process group), refuses new ones,
