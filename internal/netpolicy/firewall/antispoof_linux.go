@@ -233,11 +233,12 @@ func trimNUL(b []byte) []byte {
 // Bind lets packets with source a (and ARP for a), and with source a6
 // when valid, in from ifname and delivers packets for them out to it: one
 // transaction over both tables.
-func (f *Firewall) Bind(ifname string, a, a6 netip.Addr) error {
-	c, err := nftables.New()
+func (f *Firewall) Bind(ifname string, a, a6 netip.Addr) (retErr error) {
+	c, err := f.conn()
 	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
+		return err
 	}
+	defer func() { f.done(c, retErr) }()
 	elems := []nftables.SetElement{{Key: sandboxAddrKey(ifname, a)}}
 	err = errors.Join(c.SetAddElements(sandboxAddrsIn(f.table()), elems), c.SetAddElements(sandboxAddrsIn(f.arpTable()), elems))
 	if a6.IsValid() {
@@ -256,13 +257,14 @@ func (f *Firewall) Bind(ifname string, a, a6 netip.Addr) error {
 // the read to the delete: two Unbinds of one ifname at once (a background
 // teardown and a Recover) would otherwise both delete what both read, and
 // the second fail with ENOENT.
-func (f *Firewall) Unbind(ifname string) error {
+func (f *Firewall) Unbind(ifname string) (retErr error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c, err := nftables.New()
+	c, err := f.conn()
 	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
+		return err
 	}
+	defer func() { f.done(c, retErr) }()
 	have, err := f.readSandboxAddrs(c)
 	if err != nil {
 		return err

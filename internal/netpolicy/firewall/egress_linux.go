@@ -138,11 +138,12 @@ func AllowsAny(allow []netip.Prefix) bool { return len(mergeV4(allow))+len(merge
 // writeEgress replaces ifname's elements of the egress sets with want
 // (set name → ranges; nil: removes them all) and sets its membership of the
 // "allowed" and "proxied" sets, in one transaction. mu must be held.
-func (f *Firewall) writeEgress(ifname string, want map[string][]addrRange, internet, proxied bool) error {
-	c, err := nftables.New()
+func (f *Firewall) writeEgress(ifname string, want map[string][]addrRange, internet, proxied bool) (retErr error) {
+	c, err := f.conn()
 	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
+		return err
 	}
+	defer func() { f.done(c, retErr) }()
 	changed, err := f.writeProxied(c, ifname, proxied)
 	if err != nil {
 		return err
@@ -221,11 +222,12 @@ func (f *Firewall) replaceEgress(c *nftables.Conn, ifname, name string, want []a
 
 // ClearEgress removes ifname's elements from the egress sets and from the
 // "proxied" set.
-func (f *Firewall) ClearEgress(ifname string) error {
-	c, err := nftables.New()
+func (f *Firewall) ClearEgress(ifname string) (retErr error) {
+	c, err := f.conn()
 	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
+		return err
 	}
+	defer func() { f.done(c, retErr) }()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0
@@ -258,11 +260,12 @@ func (f *Firewall) ClearEgress(ifname string) error {
 
 // ClearStaleEgress removes the egress elements of every ifname of the
 // scope (IfPrefix) for which live reports false.
-func (f *Firewall) ClearStaleEgress(live func(ifname string) bool) error {
-	c, err := nftables.New()
+func (f *Firewall) ClearStaleEgress(live func(ifname string) bool) (retErr error) {
+	c, err := f.conn()
 	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
+		return err
 	}
+	defer func() { f.done(c, retErr) }()
 	stale := map[string]bool{}
 	for _, name := range egressSetNames {
 		have, err := f.readEgress(c, name)
@@ -284,11 +287,12 @@ func (f *Firewall) ClearStaleEgress(live func(ifname string) bool) error {
 
 // EgressRanges returns the ranges (IPv4 first, then IPv6) enforced for
 // ifname now, as first and last addresses (for tests and diagnostics).
-func (f *Firewall) EgressRanges(ifname string) (allow, deny [][2]netip.Addr, err error) {
-	c, err := nftables.New()
+func (f *Firewall) EgressRanges(ifname string) (allow, deny [][2]netip.Addr, retErr error) {
+	c, err := f.conn()
 	if err != nil {
 		return nil, nil, err
 	}
+	defer func() { f.done(c, retErr) }()
 	n := len(ifnameKey(""))
 	for _, l := range []struct {
 		name string

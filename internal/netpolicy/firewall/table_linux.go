@@ -74,13 +74,14 @@ func (f *Firewall) table() *nftables.Table {
 // Install (re)creates the table atomically, keeping the members of the
 // "allowed" set so that a restarted server does not cut running sandboxes off,
 // and filling the hostnets chain with the current deny list.
-func (f *Firewall) Install() error {
+func (f *Firewall) Install() (retErr error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c, err := nftables.New()
+	c, err := f.conn()
 	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
+		return err
 	}
+	defer func() { f.done(c, retErr) }()
 	keep, err := keepElements(c, f.table(), allowedSet)
 	if err != nil {
 		return err
@@ -237,11 +238,12 @@ func join(exprs ...[]expr.Any) []expr.Any {
 }
 
 // Delete removes the inet and arp tables; missing ones are not an error.
-func (f *Firewall) Delete() error {
-	c, err := nftables.New()
+func (f *Firewall) Delete() (retErr error) {
+	c, err := f.conn()
 	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
+		return err
 	}
+	defer func() { f.done(c, retErr) }()
 	n := 0
 	for _, t := range []*nftables.Table{f.table(), f.arpTable()} {
 		if _, err := c.ListTableOfFamily(t.Name, t.Family); err == nil {
@@ -259,11 +261,12 @@ func (f *Firewall) Delete() error {
 }
 
 // AllowedIfs lists the members of the "allowed" set.
-func (f *Firewall) AllowedIfs() (map[string]bool, error) {
-	c, err := nftables.New()
+func (f *Firewall) AllowedIfs() (_ map[string]bool, retErr error) {
+	c, err := f.conn()
 	if err != nil {
-		return nil, fmt.Errorf("nftables: %w", err)
+		return nil, err
 	}
+	defer func() { f.done(c, retErr) }()
 	s, err := c.GetSetByName(f.table(), allowedSet)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: set %s: %w", allowedSet, err)
@@ -281,7 +284,7 @@ func (f *Firewall) AllowedIfs() (map[string]bool, error) {
 
 // SetAllowed adds ifname to, or removes it from, the "allowed" set. Removing
 // an absent name succeeds.
-func (f *Firewall) SetAllowed(ifname string, allow bool) error {
+func (f *Firewall) SetAllowed(ifname string, allow bool) (retErr error) {
 	f.mu.Lock() // from the read to the delete, as in Unbind
 	defer f.mu.Unlock()
 	if !allow {
@@ -290,10 +293,11 @@ func (f *Firewall) SetAllowed(ifname string, allow bool) error {
 			return err
 		}
 	}
-	c, err := nftables.New()
+	c, err := f.conn()
 	if err != nil {
-		return fmt.Errorf("nftables: %w", err)
+		return err
 	}
+	defer func() { f.done(c, retErr) }()
 	s := &nftables.Set{Table: f.table(), Name: allowedSet, KeyType: nftables.TypeIFName}
 	elems := []nftables.SetElement{{Key: ifnameKey(ifname)}}
 	if allow {
