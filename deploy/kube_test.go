@@ -462,7 +462,7 @@ func TestKubeNodeHost(t *testing.T) {
 			bidirectional bool
 		}{
 			{s.dataDir(), true},
-			{runtime.Backends{}.ScopeStateDir(), true},
+			{runtime.Host{}.ScopeStateDir(), true},
 			{"/run/netns", true}, // package netpolicy's netns directory
 			{cgroups.Root, false},
 		} {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/moatsh/moat/internal/app"
 	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/template"
 )
@@ -13,7 +14,7 @@ import (
 // commands: each a flag whose default is its MOAT_* variable. This and the
 // other flag registrations in cmd/moat are the only places that read MOAT_*
 // variables; the packages below get typed configuration
-// (runtime.Backends, app.Config).
+// (app.Backends, app.Config).
 type backendFlags struct {
 	oci, runsc, gvisorPlatform, gvisorNetwork, gvisorFlags string
 	vmAccel, vmInit, vmNFSD                                string
@@ -46,11 +47,14 @@ func (b *backendFlags) register(cmd *cobra.Command) {
 		"vm runtime: the moat-nfsd binary that serves volumes to microVMs (env MOAT_NFSD; default: next to the moat binary, else on PATH)")
 }
 
-func (b *backendFlags) backends() runtime.Backends {
-	return runtime.Backends{OCIRuntime: b.oci, Runsc: b.runsc, GVisorPlatform: b.gvisorPlatform,
-		GVisorNetwork: b.gvisorNetwork, GVisorFlags: strings.Fields(b.gvisorFlags), VMAccel: b.vmAccel, VMInit: b.vmInit,
-		VMNFSD: b.vmNFSD, VMPrelaunch: orNone(b.vmPrelaunch), VMKeepPaused: orNone(b.vmKeepPaused),
-		ContainerPrelaunch: orNone(b.containerPrelaunch), Scope: b.scope}
+func (b *backendFlags) backends() app.Backends {
+	return app.Backends{
+		Container: app.ContainerSettings{OCIRuntime: b.oci, Prelaunch: orNone(b.containerPrelaunch)},
+		GVisor:    app.GVisorSettings{Runsc: b.runsc, Platform: b.gvisorPlatform, Network: b.gvisorNetwork, Flags: strings.Fields(b.gvisorFlags)},
+		VM: app.VMSettings{Accel: b.vmAccel, Init: b.vmInit, NFSD: b.vmNFSD, Prelaunch: orNone(b.vmPrelaunch),
+			KeepPaused: orNone(b.vmKeepPaused)},
+		Host: runtime.Host{Scope: b.scope},
+	}
 }
 
 // addEnvdFlag registers --envd (env MOAT_ENVD): the envd binary installed
@@ -61,7 +65,7 @@ func addEnvdFlag(cmd *cobra.Command, dst *string) {
 }
 
 // orNone maps a count flag whose 0 means none (--vm-prelaunch,
-// --vm-keep-paused, --container-prelaunch) to runtime.Backends, where 0 means the default.
+// --vm-keep-paused, --container-prelaunch) to the backends' settings, where 0 means the default.
 func orNone(n int) int {
 	if n <= 0 {
 		return -1

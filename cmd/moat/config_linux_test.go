@@ -13,7 +13,7 @@ import (
 )
 
 // TestBackendFlags: each backend setting comes from its MOAT_* variable
-// unless its flag is given, and reaches runtime.Backends typed.
+// unless its flag is given, and reaches its backend's settings typed.
 func TestBackendFlags(t *testing.T) {
 	t.Setenv("MOAT_OCI_RUNTIME", "crun")
 	t.Setenv("MOAT_GVISOR_FLAGS", "--debug  --debug-log=/tmp/x/")
@@ -35,8 +35,8 @@ func TestBackendFlags(t *testing.T) {
 			t.Fatal(err)
 		}
 		b := bf.backends()
-		if b.OCIRuntime != tt.oci || b.VMAccel != tt.acc || b.Runsc != "" ||
-			!slices.Equal(b.GVisorFlags, []string{"--debug", "--debug-log=/tmp/x/"}) {
+		if b.Container.OCIRuntime != tt.oci || b.VM.Accel != tt.acc || b.GVisor.Runsc != "" ||
+			!slices.Equal(b.GVisor.Flags, []string{"--debug", "--debug-log=/tmp/x/"}) {
 			t.Errorf("args %v: backends = %+v", tt.args, b)
 		}
 	}

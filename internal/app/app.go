@@ -69,8 +69,9 @@ type Config struct {
 	EnvdPath string
 
 	// Backends are the runtime backends' settings (OCI runtime, runsc,
-	// microVM accelerator, ...); zero values are their defaults.
-	Backends runtime.Backends
+	// microVM accelerator, ...; zero values are their defaults) and the
+	// host scope (backends_linux.go).
+	Backends Backends
 	// DNSUpstream overrides the resolvers the egress resolver forwards
 	// allowed names to: comma-separated ip or ip:port (tests point it at a
 	// simulated internet). "" = the host's /etc/resolv.conf.
@@ -123,14 +124,14 @@ func (c *Config) Validate() error {
 	if c.Stderr == nil {
 		c.Stderr = os.Stderr
 	}
-	if c.Backends.Scope < 0 || c.Backends.Scope > runtime.MaxScope {
-		return fmt.Errorf("app: scope %d: want 0 (the host's) to %d", c.Backends.Scope, runtime.MaxScope)
+	if c.Backends.Host.Scope < 0 || c.Backends.Host.Scope > runtime.MaxScope {
+		return fmt.Errorf("app: scope %d: want 0 (the host's) to %d", c.Backends.Host.Scope, runtime.MaxScope)
 	}
 	if c.HostLock == "" {
 		c.HostLock = DefaultHostLock
-		if c.Backends.Scope != 0 {
+		if c.Backends.Host.Scope != 0 {
 			// One server per scope: the scope's names are its own.
-			c.HostLock = strings.TrimSuffix(DefaultHostLock, ".lock") + fmt.Sprintf("-s%d.lock", c.Backends.Scope)
+			c.HostLock = strings.TrimSuffix(DefaultHostLock, ".lock") + fmt.Sprintf("-s%d.lock", c.Backends.Host.Scope)
 		}
 	}
 	if c.EnvdPort == 0 {
@@ -186,7 +187,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer stopEgress()
-	rts, closeRuntimes, err := openRuntimes(ctx, cfg.Runtime, runtime.Config{DataDir: cfg.DataDir, Logger: log, Backends: cfg.Backends})
+	rts, closeRuntimes, err := openRuntimes(ctx, cfg.Runtime, runtime.Config{DataDir: cfg.DataDir, Logger: log, Host: cfg.Backends.Host}, cfg.Backends)
 	if err != nil {
 		return err
 	}

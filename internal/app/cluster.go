@@ -45,7 +45,7 @@ func nodeID(cfg Config) (string, error) {
 	if err != nil || h == "" {
 		h = "localhost"
 	}
-	if s := cfg.Backends.Scope; s != 0 {
+	if s := cfg.Backends.Host.Scope; s != 0 {
 		h += fmt.Sprintf("-s%d", s)
 	}
 	if err := os.WriteFile(path, []byte(h+"\n"), 0o644); err != nil {

@@ -34,15 +34,16 @@ func runtimeNames(s string) ([]string, error) {
 	return out, nil
 }
 
-// openRuntimes constructs the backends named in spec with cfg, sharing one
-// network manager (cfg.Network). close releases them, then the manager.
-func openRuntimes(ctx context.Context, spec string, cfg runtime.Config) (rts []runtime.Runtime, close func(), err error) {
+// openRuntimes constructs the backends named in spec with cfg and their
+// settings in b, sharing one network manager (cfg.Network). close releases
+// them, then the manager.
+func openRuntimes(ctx context.Context, spec string, cfg runtime.Config, b Backends) (rts []runtime.Runtime, close func(), err error) {
 	log := cfg.Logger
 	names, err := runtimeNames(spec)
 	if err != nil {
 		return nil, nil, fmt.Errorf("runtime: %w", err)
 	}
-	if cfg.Network, err = netpolicy.New(log, netpolicy.WithTestScope(cfg.Backends.Scope)); err != nil {
+	if cfg.Network, err = netpolicy.New(log, netpolicy.WithTestScope(cfg.Host.Scope)); err != nil {
 		return nil, nil, fmt.Errorf("network: %w", err)
 	}
 	close = func() {
@@ -58,7 +59,7 @@ func openRuntimes(ctx context.Context, spec string, cfg runtime.Config) (rts []r
 		}
 	}
 	for _, n := range names {
-		rt, err := runtime.New(ctx, n, cfg)
+		rt, err := newBackend(ctx, n, cfg, b) // backends_linux.go
 		if err != nil {
 			close()
 			return nil, nil, fmt.Errorf("runtime %s: %w", n, err)

@@ -19,7 +19,7 @@ func TestValidateScope(t *testing.T) {
 		{10, "", true},
 		{-1, "", true},
 	} {
-		c := Config{DataDir: t.TempDir(), Backends: runtime.Backends{Scope: tc.scope}}
+		c := Config{DataDir: t.TempDir(), Backends: Backends{Host: runtime.Host{Scope: tc.scope}}}
 		err := c.Validate()
 		if (err != nil) != tc.wantErr {
 			t.Errorf("scope %d: err %v, want error %v", tc.scope, err, tc.wantErr)

@@ -20,7 +20,7 @@ var SandboxDirs = []string{"sandboxes", filepath.Join("gvisor", "sandboxes"), fi
 // IDAllocator allocates a backend's host ID ranges, recorded under
 // dataDir/own (one of SandboxDirs), counting every other backend's ranges
 // as taken, from the scope's first slot.
-func IDAllocator(dataDir, own string, b Backends) *idmap.Allocator {
+func IDAllocator(dataDir, own string, b Host) *idmap.Allocator {
 	var also []string
 	for _, d := range SandboxDirs {
 		if d != own {
@@ -36,5 +36,5 @@ func Network(cfg Config, log *slog.Logger) (*netpolicy.Manager, error) {
 	if cfg.Network != nil {
 		return cfg.Network, nil
 	}
-	return netpolicy.New(log, netpolicy.WithTestScope(cfg.Backends.Scope))
+	return netpolicy.New(log, netpolicy.WithTestScope(cfg.Host.Scope))
 }

@@ -227,35 +227,27 @@ type Config struct {
 	// host-wide, so there is one); nil when a backend runs alone and
 	// makes its own.
 	Network *netpolicy.Manager
-	// Backends are the operator's settings of each backend (cmd/moat
-	// reads them from flags and MOAT_* variables; no backend reads the
-	// environment). Zero values are the defaults.
-	Backends Backends
+	// BuildRuntime makes the runtime of template build sandboxes for a
+	// backend whose own sandboxes cannot be them (runtime.BuildRuntimer):
+	// the server's container backend with its settings (internal/app);
+	// nil: the registered "container" backend with its defaults.
+	BuildRuntime func(ctx context.Context, cfg Config) (Runtime, error)
+	// Host is what every backend of the server shares about the host.
+	// Each backend's own settings are a Settings type of its package,
+	// which it validates itself; internal/app passes them.
+	Host Host
 }
 
-// Backends are the per-backend settings of a server.
-type Backends struct {
-	OCIRuntime     string   // container (and microVM template builds): "runc" or "crun" ("" = crun if it works, else runc)
-	Runsc          string   // gvisor: the runsc binary ("" = runsc on PATH)
-	GVisorPlatform string   // gvisor: runsc --platform ("" = runsc's default, systrap)
-	GVisorNetwork  string   // gvisor: runsc --network ("" = sandbox: gVisor's netstack)
-	GVisorFlags    []string // gvisor: more runsc flags (e.g. debug logs)
-	VMAccel        string   // vm: "auto", "kvm" or "tcg" ("" = auto)
-	VMInit         string   // vm: the moat-vminit binary ("" = next to the running executable, else on PATH)
-	VMNFSD         string   // vm: the moat-nfsd binary that serves volumes ("" = next to the running executable, else on PATH)
-	VMPrelaunch    int      // vm: QEMUs launched ahead per template build and size (0 = the backend's default, negative = none)
-	// ContainerPrelaunch: containers created ahead (not started) per
-	// template build and size (0 = the backend's default, negative = none).
-	ContainerPrelaunch int
-	VMKeepPaused       int // vm: paused sandboxes that keep their stopped QEMU (0 = the backend's default, negative = none)
-	// Scope 1–MaxScope names every host object of the server apart from
-	// the host scope's (0) and the other scopes' (see ScopeCgroup): a
-	// test server beside another on one host (scripts/test.sh runs two
-	// e2e lanes at once). Production servers use the host scope.
+// Host is what the backends of one server share about the host: the
+// server's scope. Scope 1–MaxScope names every host object of the server
+// apart from the host scope's (0) and the other scopes' (see ScopeCgroup):
+// a test server beside another on one host (scripts/test.sh runs two e2e
+// lanes at once). Production servers use the host scope.
+type Host struct {
 	Scope int
 }
 
-// MaxScope is the highest Backends.Scope.
+// MaxScope is the highest Host.Scope.
 const MaxScope = 9
 
 // ScopeCgroup is the cgroup the scope's sandboxes live under: "/moat",
@@ -263,7 +255,7 @@ const MaxScope = 9
 // ScopeStateDir, the netpolicy.WithTestScope network names and
 // addresses, idmap ranges from ScopeFirstSlot, the host lock
 // /run/moat/serve-s<N>.lock (app).
-func (b Backends) ScopeCgroup() string {
+func (b Host) ScopeCgroup() string {
 	if b.Scope == 0 {
 		return "/moat"
 	}
@@ -272,7 +264,7 @@ func (b Backends) ScopeCgroup() string {
 
 // ScopeStateDir is the directory under which the scope keeps per-host
 // state (OCI runtimes' roots): "/run/moat", or "/run/moat/s<N>".
-func (b Backends) ScopeStateDir() string {
+func (b Host) ScopeStateDir() string {
 	if b.Scope == 0 {
 		return "/run/moat"
 	}
@@ -281,10 +273,10 @@ func (b Backends) ScopeStateDir() string {
 
 // ScopeFirstSlot is the first idmap slot of the scope's ID ranges, so
 // that sandboxes of two scopes never share host IDs.
-func (b Backends) ScopeFirstSlot() uint32 { return uint32(b.Scope) * 4096 }
+func (b Host) ScopeFirstSlot() uint32 { return uint32(b.Scope) * 4096 }
 
-// Count is the number a backend uses for one of Backends' counts n (0 =
-// the backend's default def, negative = none).
+// Count is the number a backend uses for one of its settings' counts n
+// (0 = the backend's default def, negative = none).
 func Count(n, def int) int {
 	if n == 0 {
 		return def

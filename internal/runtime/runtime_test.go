@@ -31,7 +31,7 @@ func TestBoxes(t *testing.T) {
 	}
 }
 
-func TestBackendsScope(t *testing.T) {
+func TestHostScope(t *testing.T) {
 	for _, tc := range []struct {
 		scope         int
 		cgroup, state string
@@ -41,7 +41,7 @@ func TestBackendsScope(t *testing.T) {
 		{1, "/moat-s1", "/run/moat/s1", 4096},
 		{9, "/moat-s9", "/run/moat/s9", 9 * 4096},
 	} {
-		b := Backends{Scope: tc.scope}
+		b := Host{Scope: tc.scope}
 		if b.ScopeCgroup() != tc.cgroup || b.ScopeStateDir() != tc.state || b.ScopeFirstSlot() != tc.firstSlot {
 			t.Errorf("scope %d: %s %s %d, want %s %s %d", tc.scope, b.ScopeCgroup(), b.ScopeStateDir(), b.ScopeFirstSlot(),
 				tc.cgroup, tc.state, tc.firstSlot)

@@ -6,11 +6,13 @@
 package buildbench
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/moatsh/moat/internal/bench"
+	"github.com/moatsh/moat/internal/runtime"
 )
 
 // Config says what Run measures.
@@ -25,9 +27,10 @@ type Config struct {
 	Progress io.Writer
 	// BuildLog, when set, gets every build's log.
 	BuildLog io.Writer
-	// OCIRuntime forces the build sandboxes' "runc" or "crun" ("" = the
-	// container backend's pick).
-	OCIRuntime string
+	// NewRuntime makes the build sandboxes' runtime: the container
+	// backend with the server's settings (app.NewContainerRuntime); nil:
+	// the registered "container" backend with its defaults.
+	NewRuntime func(context.Context, runtime.Config) (runtime.Runtime, error)
 }
 
 // Report holds the samples of each kind of build.

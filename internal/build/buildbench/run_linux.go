@@ -28,7 +28,7 @@ import (
 )
 
 // benchScope names the bench's host objects apart from a server's (its
-// cgroups, OCI state and ID ranges: runtime.Backends.Scope); its network
+// cgroups, OCI state and ID ranges: runtime.Host.Scope); its network
 // scope is its own too (start).
 const benchScope = runtime.MaxScope - 1
 
@@ -93,9 +93,14 @@ func (e *env) start(ctx context.Context, scratch string, log *slog.Logger) (stop
 		e.db.Close()
 		return nil, err
 	}
-	be := runtime.Backends{OCIRuntime: e.cfg.OCIRuntime, Scope: benchScope}
-	// The container backend, registered by its wiring (internal/app).
-	rt, err := runtime.New(ctx, "container", runtime.Config{DataDir: scratch, Logger: log, Network: np, Backends: be})
+	newRuntime := e.cfg.NewRuntime
+	if newRuntime == nil {
+		newRuntime = func(ctx context.Context, cfg runtime.Config) (runtime.Runtime, error) {
+			return runtime.New(ctx, "container", cfg)
+		}
+	}
+	host := runtime.Host{Scope: benchScope}
+	rt, err := newRuntime(ctx, runtime.Config{DataDir: scratch, Logger: log, Network: np, Host: host})
 	if err != nil {
 		np.Close()
 		e.db.Close()
@@ -109,8 +114,8 @@ func (e *env) start(ctx context.Context, scratch string, log *slog.Logger) (stop
 			_ = c.Close()
 		}
 		_ = np.Close()
-		_ = os.RemoveAll(be.ScopeStateDir())
-		_ = cgroups.RemoveAll(be.ScopeCgroup())
+		_ = os.RemoveAll(host.ScopeStateDir())
+		_ = cgroups.RemoveAll(host.ScopeCgroup())
 		e.db.Close()
 	}
 	runner, err := build.NewSandboxRunner(rt, 0, log)

@@ -15,8 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/moatsh/moat/internal/app"
 	"github.com/moatsh/moat/internal/bench"
-	"github.com/moatsh/moat/internal/runtime"
 	moat "github.com/moatsh/moat/sdk/go"
 )
 
@@ -113,7 +113,7 @@ func (f fileTarget) read(ctx context.Context, path string) (time.Duration, error
 type fileSeries struct{ w1k, r1k, wBig, rBig bench.Series }
 
 // benchFiles runs the comparison with n rounds of the 1 KiB operations.
-func benchFiles(cmd *cobra.Command, dataDir string, be runtime.Backends, tmpl string, n int) error {
+func benchFiles(cmd *cobra.Command, dataDir string, be app.Backends, tmpl string, n int) error {
 	ctx := cmd.Context()
 	return withServer(ctx, dataDir, be, func(c *moat.Client) error {
 		sb, err := c.CreateSandbox(ctx, moat.CreateOptions{Template: tmpl, Timeout: 30 * time.Minute})

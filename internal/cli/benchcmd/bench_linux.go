@@ -11,7 +11,6 @@ import (
 	"github.com/moatsh/moat/internal/app"
 	"github.com/moatsh/moat/internal/bench"
 	"github.com/moatsh/moat/internal/cli/benchcmd/density"
-	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/template"
 	moat "github.com/moatsh/moat/sdk/go"
 )
@@ -19,9 +18,9 @@ import (
 // Shared is what the bench command reads from the flags it shares with
 // moat's other commands, which the caller registers on it.
 type Shared struct {
-	Client   func() *moat.Client     // --api-url, --api-key
-	DataDir  func() string           // --data-dir
-	Backends func() runtime.Backends // --oci-runtime, --vm-accel, …
+	Client   func() *moat.Client // --api-url, --api-key
+	DataDir  func() string       // --data-dir
+	Backends func() app.Backends // --oci-runtime, --vm-accel, …
 }
 
 // New returns `moat bench`: create→first command through a running server
@@ -76,7 +75,7 @@ func New(sh Shared) *cobra.Command {
 				return benchStart(cmd, dataDir, sh.Backends(), tmpl, n)
 			}
 			if tplBuild {
-				return benchTemplateBuild(cmd, dataDir, sh.Backends().OCIRuntime, n, verbose)
+				return benchTemplateBuild(cmd, dataDir, sh.Backends().Container, n, verbose)
 			}
 			if ttiMode != "" {
 				return benchTTI(cmd, sh.Client(), tmpl, ttiMode, n, startRT)
@@ -84,7 +83,7 @@ func New(sh Shared) *cobra.Command {
 			cfg := bench.Config{Client: sh.Client(), Template: tmpl, N: n, Runtimes: runtimes}
 			if baseline {
 				cfg.RootfsDir = template.Layout{DataDir: dataDir}.RootfsDir(tmpl)
-				oci := sh.Backends().OCIRuntime
+				oci := sh.Backends().Container.OCIRuntime
 				cfg.Baseline = func(ctx context.Context, rootfsDir string, args ...string) (time.Duration, error) {
 					return app.BareRun(ctx, oci, rootfsDir, args...)
 				}
@@ -165,9 +164,9 @@ func benchTTI(cmd *cobra.Command, c *moat.Client, tmpl, mode string, n int, rt s
 
 // benchJail prints the QEMU jail's cost: medians of microVM create→first
 // command with and without the jail, alternating, and their ratio.
-func benchJail(cmd *cobra.Command, dataDir string, be runtime.Backends, tmpl string, n int) error {
+func benchJail(cmd *cobra.Command, dataDir string, be app.Backends, tmpl string, n int) error {
 	jailed, unjailed, err := app.CompareVMJail(cmd.Context(), app.VMJailBench{DataDir: dataDir, TemplateID: tmpl,
-		RootfsDir: template.Layout{DataDir: dataDir}.RootfsDir(tmpl), N: n, Backends: be})
+		RootfsDir: template.Layout{DataDir: dataDir}.RootfsDir(tmpl), N: n, VM: be.VM})
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}

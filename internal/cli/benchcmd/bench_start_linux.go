@@ -19,7 +19,6 @@ import (
 	"github.com/moatsh/moat/internal/app"
 	"github.com/moatsh/moat/internal/bench"
 	"github.com/moatsh/moat/internal/orchestrator"
-	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/template"
 	moat "github.com/moatsh/moat/sdk/go"
@@ -56,7 +55,7 @@ type startReport struct {
 
 // benchStart runs the whole benchmark and prints it; n is the number of
 // sequential creates of each kind.
-func benchStart(cmd *cobra.Command, dataDir string, be runtime.Backends, tmpl string, n int) error {
+func benchStart(cmd *cobra.Command, dataDir string, be app.Backends, tmpl string, n int) error {
 	ctx, began := cmd.Context(), time.Now()
 	rootfs := template.Layout{DataDir: dataDir}.RootfsDir(tmpl)
 	rep := startReport{
@@ -82,11 +81,11 @@ func benchStart(cmd *cobra.Command, dataDir string, be runtime.Backends, tmpl st
 // unless slots are off, n creates on a server with slots (each create
 // starts the container its predecessor had created ahead); each create is
 // next to a bare crun run.
-func benchUnpooled(ctx context.Context, dataDir string, be runtime.Backends, tmpl, rootfs string, n int, rep *startReport) error {
+func benchUnpooled(ctx context.Context, dataDir string, be app.Backends, tmpl, rootfs string, n int, rep *startReport) error {
 	nb := be
-	nb.ContainerPrelaunch = -1
+	nb.Container.Prelaunch = -1
 	base := &rep.unpooled
-	if be.ContainerPrelaunch >= 0 {
+	if be.Container.Prelaunch >= 0 {
 		rep.unpooled.total.Name = "unpooled (created ahead)"
 		rep.noSlots = &startSeries{total: bench.Series{Name: "unpooled, --container-prelaunch 0"}}
 		base = rep.noSlots
@@ -97,7 +96,7 @@ func benchUnpooled(ctx context.Context, dataDir string, be runtime.Backends, tmp
 		}
 		return concurrentRounds(ctx, c, tmpl, rep)
 	})
-	if err != nil || be.ContainerPrelaunch < 0 {
+	if err != nil || be.Container.Prelaunch < 0 {
 		return err
 	}
 	return withServer(ctx, dataDir, be, func(c *moat.Client) error {
@@ -106,7 +105,7 @@ func benchUnpooled(ctx context.Context, dataDir string, be runtime.Backends, tmp
 }
 
 // withServer runs f against an unpooled container server with be.
-func withServer(ctx context.Context, dataDir string, be runtime.Backends, f func(c *moat.Client) error) error {
+func withServer(ctx context.Context, dataDir string, be app.Backends, f func(c *moat.Client) error) error {
 	c, stop, err := benchServer(ctx, dataDir, app.ContainerRuntime, be, nil)
 	if err != nil {
 		return err
@@ -118,7 +117,7 @@ func withServer(ctx context.Context, dataDir string, be runtime.Backends, f func
 // sequentialCreates times creates from..n-1 (negative ones untimed: the
 // first makes the first slot), each after startSettle and next to a bare
 // crun run.
-func sequentialCreates(ctx context.Context, c *moat.Client, be runtime.Backends, tmpl, rootfs string, from, n int, out *startSeries, rep *startReport) error {
+func sequentialCreates(ctx context.Context, c *moat.Client, be app.Backends, tmpl, rootfs string, from, n int, out *startSeries, rep *startReport) error {
 	for i := from; i < n; i++ {
 		time.Sleep(startSettle)
 		d, err := timeCreateFirstCommand(ctx, c, tmpl)
@@ -129,7 +128,7 @@ func sequentialCreates(ctx context.Context, c *moat.Client, be runtime.Backends,
 			continue
 		}
 		out.add(d)
-		bare, err := app.BareRun(ctx, be.OCIRuntime, rootfs, "/bin/true")
+		bare, err := app.BareRun(ctx, be.Container.OCIRuntime, rootfs, "/bin/true")
 		if err != nil {
 			return fmt.Errorf("bare run %d: %w", i, err)
 		}
@@ -153,7 +152,7 @@ func concurrentRounds(ctx context.Context, c *moat.Client, tmpl string, rep *sta
 
 // benchPooled measures on a server with a pool of startConcurrent members,
 // each measurement starting with a full pool (no refill running).
-func benchPooled(ctx context.Context, dataDir string, be runtime.Backends, tmpl string, n int, rep *startReport) error {
+func benchPooled(ctx context.Context, dataDir string, be app.Backends, tmpl string, n int, rep *startReport) error {
 	c, stop, err := benchServer(ctx, dataDir, app.ContainerRuntime, be, []orchestrator.PoolSpec{{Template: tmpl, Size: startConcurrent}})
 	if err != nil {
 		return err
@@ -185,7 +184,7 @@ func benchPooled(ctx context.Context, dataDir string, be runtime.Backends, tmpl 
 // benchServer runs a server with `moat serve`'s defaults on a free local
 // port, runtime rt and pools, until stop; it returns a client
 // with a fresh API key. Its log goes to stderr from serverLogLevel up.
-func benchServer(ctx context.Context, dataDir, rt string, be runtime.Backends, pools []orchestrator.PoolSpec) (*moat.Client, func(), error) {
+func benchServer(ctx context.Context, dataDir, rt string, be app.Backends, pools []orchestrator.PoolSpec) (*moat.Client, func(), error) {
 	return benchServerWith(ctx, app.Config{DataDir: dataDir, Runtime: rt, Pools: pools, Backends: be,
 		Admission: admission.Config{Concurrency: admission.DefaultConcurrency, Queue: 4 * admission.DefaultConcurrency}})
 }

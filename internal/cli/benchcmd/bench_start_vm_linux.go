@@ -11,7 +11,6 @@ import (
 	"github.com/moatsh/moat/internal/app"
 	"github.com/moatsh/moat/internal/bench"
 	"github.com/moatsh/moat/internal/orchestrator"
-	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/template"
 )
 
@@ -32,21 +31,21 @@ const vmPoolSize = 2
 
 // benchStartVM runs the microVM half and prints it; n is the number of
 // rounds of each kind.
-func benchStartVM(cmd *cobra.Command, dataDir string, be runtime.Backends, tmpl string, n int) error {
+func benchStartVM(cmd *cobra.Command, dataDir string, be app.Backends, tmpl string, n int) error {
 	ctx, began := cmd.Context(), time.Now()
 	floors, err := app.MeasureVMStart(ctx, app.VMStartBench{DataDir: dataDir, TemplateID: tmpl,
-		RootfsDir: template.Layout{DataDir: dataDir}.RootfsDir(tmpl), N: max(n/2, 1), Backends: be})
+		RootfsDir: template.Layout{DataDir: dataDir}.RootfsDir(tmpl), N: max(n/2, 1), VM: be.VM})
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	unpooled := startSeries{total: bench.Series{Name: "unpooled"}}
 	pooled := startSeries{total: bench.Series{Name: fmt.Sprintf("pooled (pool of %d)", vmPoolSize)}}
 	var bare *startSeries // unpooled with no QEMU launched ahead, when the others have them
-	if be.VMPrelaunch >= 0 {
+	if be.VM.Prelaunch >= 0 {
 		unpooled.total.Name = "unpooled (QEMU launched ahead)"
 		bare = &startSeries{total: bench.Series{Name: "unpooled, --vm-prelaunch 0"}}
 		nb := be
-		nb.VMPrelaunch = -1
+		nb.VM.Prelaunch = -1
 		if err := vmCreates(ctx, dataDir, nb, tmpl, n, nil, bare); err != nil {
 			return fmt.Errorf("bench: unpooled without prelaunch: %w", err)
 		}
@@ -66,7 +65,7 @@ func benchStartVM(cmd *cobra.Command, dataDir string, be runtime.Backends, tmpl 
 // vmCreates times n creates→first command on a server running the vm
 // runtime with pools, after one untimed create (it may take the template
 // snapshot); with a pool, each create waits for the pool to be full.
-func vmCreates(ctx context.Context, dataDir string, be runtime.Backends, tmpl string, n int, pools []orchestrator.PoolSpec, out *startSeries) error {
+func vmCreates(ctx context.Context, dataDir string, be app.Backends, tmpl string, n int, pools []orchestrator.PoolSpec, out *startSeries) error {
 	c, stop, err := benchServer(ctx, dataDir, app.VMRuntime, be, pools)
 	if err != nil {
 		return err

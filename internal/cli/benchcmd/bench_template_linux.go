@@ -5,17 +5,19 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/moatsh/moat/internal/app"
 	"github.com/moatsh/moat/internal/build/buildbench"
 )
 
 // benchTemplateBuild prints the medians of cold, fully cached and
 // last-step-changed template builds and their ratios; n is the number of
 // rounds (the bench command's default of 20 is too many: 3 then).
-func benchTemplateBuild(cmd *cobra.Command, dataDir, oci string, n int, verbose bool) error {
+func benchTemplateBuild(cmd *cobra.Command, dataDir string, cs app.ContainerSettings, n int, verbose bool) error {
 	if !cmd.Flags().Changed("count") {
 		n = 3
 	}
-	cfg := buildbench.Config{DataDir: dataDir, N: n, Package: "jq", Progress: cmd.ErrOrStderr(), OCIRuntime: oci}
+	cfg := buildbench.Config{DataDir: dataDir, N: n, Package: "jq", Progress: cmd.ErrOrStderr(),
+		NewRuntime: app.NewContainerRuntime(cs)}
 	if verbose {
 		cfg.BuildLog = cmd.ErrOrStderr()
 	}

@@ -19,7 +19,7 @@ import (
 // BareRun times one foreground `run` of args in rootfsDir (read-only, no
 // overlay, no cgroup limits, no seccomp, a fresh empty netns) with the OCI
 // runtime the container backend picks (crun or runc; ociName forces one, as
-// runtime.Backends.OCIRuntime does): the floor any container
+// Settings.OCIRuntime does): the floor any container
 // create→first-command path is measured against. It needs root; the bundle
 // and state live in a temporary directory removed after.
 func BareRun(ctx context.Context, ociName, rootfsDir string, args ...string) (time.Duration, error) {

@@ -24,7 +24,7 @@ type flavor struct {
 var containerFlavor = flavor{name: Name, subdir: "sandboxes"}
 
 // allocator allocates from f's directory, counting the others' ranges as taken.
-func (f flavor) allocator(dataDir string, b runtime.Backends) *idmap.Allocator {
+func (f flavor) allocator(dataDir string, b runtime.Host) *idmap.Allocator {
 	return runtime.IDAllocator(dataDir, f.subdir, b)
 }
 

@@ -40,6 +40,7 @@ func init() {
 type Option func(*options)
 
 type options struct {
+	err          error  // a bad setting (WithSettings)
 	ociName      string // "", "runc" or "crun"
 	stateRoot    string
 	cgroupParent string
@@ -49,8 +50,38 @@ type options struct {
 	prelaunch    int    // slots per template build and size (slots_linux.go)
 }
 
-// WithOCIRuntime forces "runc" or "crun", like runtime.Backends.OCIRuntime;
-// "" keeps the configured choice or the probe's.
+// Settings are the container backend's own settings (moat serve's flags;
+// zero values are the defaults).
+type Settings struct {
+	// OCIRuntime is "runc" or "crun" ("" = crun if it works, else runc).
+	OCIRuntime string
+	// Prelaunch is how many containers are created ahead (not started)
+	// per template build and size (0 = DefaultPrelaunch, negative = none).
+	Prelaunch int
+}
+
+// Validate refuses a setting the backend cannot use.
+func (s Settings) Validate() error {
+	switch s.OCIRuntime {
+	case "", "runc", "crun":
+		return nil
+	}
+	return fmt.Errorf("container runtime: OCI runtime %q: want runc or crun: %w", s.OCIRuntime, errdefs.ErrInvalidArgument)
+}
+
+// WithSettings applies the operator's settings; New fails on one that
+// Validate refuses.
+func WithSettings(s Settings) Option {
+	return func(o *options) {
+		if o.err = s.Validate(); o.err == nil {
+			WithOCIRuntime(s.OCIRuntime)(o)
+			o.prelaunch = runtime.Count(s.Prelaunch, DefaultPrelaunch)
+		}
+	}
+}
+
+// WithOCIRuntime forces "runc" or "crun", like Settings.OCIRuntime; ""
+// keeps the configured choice or the probe's.
 func WithOCIRuntime(name string) Option {
 	return func(o *options) {
 		if name != "" {
@@ -101,16 +132,19 @@ type sandbox struct {
 
 // New probes the host, picks the OCI runtime and installs the network policy.
 func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
-	o := options{ociName: cfg.Backends.OCIRuntime, cgroupParent: cfg.Backends.ScopeCgroup(), readyTimeout: 10 * time.Second, flavor: containerFlavor,
-		prelaunch: runtime.Count(cfg.Backends.ContainerPrelaunch, DefaultPrelaunch)}
+	o := options{cgroupParent: cfg.Host.ScopeCgroup(), readyTimeout: 10 * time.Second, flavor: containerFlavor,
+		prelaunch: DefaultPrelaunch}
 	for _, f := range opts {
 		f(&o)
+	}
+	if o.err != nil {
+		return nil, o.err
 	}
 	if o.flavor.gvisor != nil {
 		o.prelaunch = 0
 	}
-	if cfg.Backends.Scope != 0 && o.stateRoot == "" {
-		o.stateRoot = filepath.Join(cfg.Backends.ScopeStateDir(), o.flavor.name)
+	if cfg.Host.Scope != 0 && o.stateRoot == "" {
+		o.stateRoot = filepath.Join(cfg.Host.ScopeStateDir(), o.flavor.name)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -130,7 +164,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	// The vm runtime allocates from the same ID space under
 	// <DataDir>/vm/sandboxes: its ranges count as taken (and both lock
 	// both directories while allocating).
-	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o, ids: o.flavor.allocator(cfg.DataDir, cfg.Backends), disks: hostfs.NewDisks(cfg.DataDir)}
+	r := &Runtime{log: log, dataDir: cfg.DataDir, o: o, ids: o.flavor.allocator(cfg.DataDir, cfg.Host), disks: hostfs.NewDisks(cfg.DataDir)}
 	probeRoot := o.stateRoot
 	if probeRoot == "" {
 		probeRoot = "/run/moat"

@@ -75,7 +75,7 @@ func runBackend(t *testing.T, name string) {
 		cfg := runtime.Config{DataDir: dataDir, Logger: log}
 		var rt *container.Runtime
 		if name == "gvisor" {
-			rt, err = gvisor.New(context.Background(), cfg, opts...)
+			rt, err = gvisor.New(context.Background(), cfg, gvisor.Settings{}, opts...)
 		} else {
 			rt, err = container.New(context.Background(), cfg, opts...)
 		}

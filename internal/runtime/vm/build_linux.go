@@ -20,11 +20,14 @@ var _ runtime.BuildRuntimer = (*Runtime)(nil)
 // not recovered by it (its Recover would tear down this runtime's
 // networks); the microVM runtime's own Recover removes their networks.
 func (r *Runtime) BuildRuntime(ctx context.Context) (runtime.Runtime, error) {
-	be := r.backends
-	be.OCIRuntime = r.o.oci
-	// The container backend, registered by the server's wiring (internal/app).
-	rt, err := runtime.New(ctx, "container", runtime.Config{DataDir: filepath.Dir(r.dir), Logger: r.log.With("for", "template builds"),
-		Network: r.net, Backends: be})
+	cfg := runtime.Config{DataDir: filepath.Dir(r.dir), Logger: r.log.With("for", "template builds"), Network: r.net, Host: r.host}
+	build := r.build
+	if build == nil { // alone (tests, benchmarks): the registered container backend with its defaults
+		build = func(ctx context.Context, cfg runtime.Config) (runtime.Runtime, error) {
+			return runtime.New(ctx, "container", cfg)
+		}
+	}
+	rt, err := build(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("vm runtime: build sandboxes: %w", err)
 	}

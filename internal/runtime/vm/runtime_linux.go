@@ -42,15 +42,51 @@ func init() {
 	})
 }
 
+// Settings are the vm backend's own settings (moat serve's flags; zero
+// values are the defaults).
+type Settings struct {
+	Accel string // "auto" (KVM when a probe guest boots with it, else TCG), "kvm" or "tcg" ("" = auto)
+	Init  string // the moat-vminit binary ("" = next to the running executable, else on PATH)
+	NFSD  string // the moat-nfsd binary that serves volumes ("" = next to the running executable, else on PATH)
+	// Prelaunch: QEMUs launched ahead per template build and size (0 =
+	// DefaultPrelaunch, negative = none).
+	Prelaunch int
+	// KeepPaused: paused sandboxes that keep their stopped QEMU (0 =
+	// DefaultKeepPaused, negative = none).
+	KeepPaused int
+}
+
+// Validate refuses a setting the backend cannot use.
+func (s Settings) Validate() error {
+	switch s.Accel {
+	case "", "auto", "kvm", "tcg":
+		return nil
+	}
+	return fmt.Errorf("vm runtime: accelerator %q: want auto, kvm or tcg: %w", s.Accel, errdefs.ErrInvalidArgument)
+}
+
+// WithSettings applies the operator's settings; New fails on one that
+// Validate refuses.
+func WithSettings(s Settings) Option {
+	return func(o *options) {
+		if o.err = s.Validate(); o.err != nil {
+			return
+		}
+		o.accel, o.init, o.nfsd = s.Accel, s.Init, s.NFSD
+		o.prelaunch = runtime.Count(s.Prelaunch, DefaultPrelaunch)
+		o.keepMax = runtime.Count(s.KeepPaused, DefaultKeepPaused)
+	}
+}
+
 // Option configures a Runtime beyond runtime.Config.
 type Option func(*options)
 
 type options struct {
+	err          error  // a bad setting (WithSettings)
 	accel        string // "auto", "kvm" or "tcg"
 	qemu         string
 	kernel       string
 	init         string
-	oci          string // OCI runtime of template build sandboxes ("" = the container backend's pick)
 	cgroupParent string
 	net          *netpolicy.Manager
 	readyTimeout time.Duration
@@ -65,7 +101,7 @@ type options struct {
 }
 
 // WithAccel picks the accelerator: "auto" (KVM when a probe guest boots
-// with it, else TCG), "kvm" or "tcg". Default: runtime.Backends.VMAccel or "auto".
+// with it, else TCG), "kvm" or "tcg". Default: Settings.Accel or "auto".
 func WithAccel(a string) Option { return func(o *options) { o.accel = a } }
 
 // WithKernel sets the guest kernel (default: newest /boot/vmlinuz-*-cloud-amd64).
@@ -89,7 +125,7 @@ func WithReadyTimeout(d time.Duration) Option { return func(o *options) { o.read
 func WithDiskFree(mib int) Option { return func(o *options) { o.diskFreeMiB = mib } }
 
 // WithNFSD sets the moat-nfsd binary that serves sandboxes' volumes
-// (default: runtime.Backends.VMNFSD, else next to the running executable,
+// (default: Settings.NFSD, else next to the running executable,
 // else on PATH).
 func WithNFSD(path string) Option { return func(o *options) { o.nfsd = path } }
 
@@ -107,7 +143,8 @@ type Runtime struct {
 	log      *slog.Logger
 	dir      string // <DataDir>/vm
 	o        options
-	backends runtime.Backends // the server's settings, for the build runtime (build_linux.go)
+	host     runtime.Host                                                   // the server's scope
+	build    func(context.Context, runtime.Config) (runtime.Runtime, error) // cfg.BuildRuntime (build_linux.go)
 	net      *netpolicy.Manager
 	tscKHz   int
 	ids      *idmap.Allocator  // each QEMU's host IDs, recorded in its sandbox dir
@@ -152,13 +189,14 @@ type sandbox struct {
 // New checks the host and installs the network policy. The guest kernel,
 // initramfs and template snapshots are prepared lazily by the first Create.
 func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, error) {
-	o := options{accel: cfg.Backends.VMAccel, init: cfg.Backends.VMInit, nfsd: cfg.Backends.VMNFSD, oci: cfg.Backends.OCIRuntime,
-		cgroupParent: cfg.Backends.ScopeCgroup(), readyTimeout: 30 * time.Second,
+	o := options{cgroupParent: cfg.Host.ScopeCgroup(), readyTimeout: 30 * time.Second,
 		bootTimeout: 120 * time.Second, diskFreeMiB: 128, spares: memfile.DefaultSpares,
-		prelaunch: runtime.Count(cfg.Backends.VMPrelaunch, DefaultPrelaunch),
-		keepMax:   runtime.Count(cfg.Backends.VMKeepPaused, DefaultKeepPaused), keepFor: defaultKeepFor}
+		prelaunch: DefaultPrelaunch, keepMax: DefaultKeepPaused, keepFor: defaultKeepFor}
 	for _, f := range opts {
 		f(&o)
+	}
+	if o.err != nil {
+		return nil, o.err
 	}
 	if o.accel == "" {
 		o.accel = "auto"
@@ -189,7 +227,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 		}
 	}
 	cgroups.TuneHost(ctx, log)
-	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, backends: cfg.Backends, tscKHz: qemu.HostTSCkHz(),
+	r := &Runtime{log: log, dir: filepath.Join(cfg.DataDir, "vm"), o: o, host: cfg.Host, build: cfg.BuildRuntime, tscKHz: qemu.HostTSCkHz(),
 		launcher: &launch.Launcher{QEMU: o.qemu, NoJail: o.noJail}}
 	r.spares = memfile.NewSpares(log, r.dir, o.spares)
 	r.slots = slots.New(log, o.prelaunch, slotKeys, slotDelay, r.Kill)
@@ -198,7 +236,7 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	// The container runtime allocates from the same ID space under
 	// <DataDir>/sandboxes: its ranges count as taken (and both lock both
 	// directories while allocating).
-	r.ids = runtime.IDAllocator(cfg.DataDir, filepath.Join("vm", "sandboxes"), cfg.Backends)
+	r.ids = runtime.IDAllocator(cfg.DataDir, filepath.Join("vm", "sandboxes"), cfg.Host)
 	for _, d := range []string{"kernel", "templates", "sandboxes", "snapshots"} {
 		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("vm runtime: %w", err)

@@ -17,7 +17,6 @@ import (
 	"github.com/moatsh/moat/internal/admission"
 	"github.com/moatsh/moat/internal/app"
 	"github.com/moatsh/moat/internal/orchestrator"
-	"github.com/moatsh/moat/internal/runtime"
 	"github.com/moatsh/moat/internal/store"
 	moat "github.com/moatsh/moat/sdk/go"
 )
@@ -34,7 +33,7 @@ type Config struct {
 	// then holds that many more.
 	ContainerMiB int
 	Idle         time.Duration // how long the sandboxes idle before the memory is read
-	Backends     runtime.Backends
+	Backends     app.Backends
 }
 
 // ServeFunc runs a server with cfg in this process until stop and returns

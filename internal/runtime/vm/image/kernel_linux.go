@@ -58,7 +58,7 @@ func FindKernel(path string) (kernel, version string, err error) {
 	return "", "", fmt.Errorf("no guest kernel in /boot (apt-get install linux-image-cloud-amd64): %w", errNoKernel)
 }
 
-// findInit locates the moat-vminit binary: path (runtime.Backends.VMInit),
+// findInit locates the moat-vminit binary: path (vm.Settings.Init),
 // next to the running executable, or on $PATH.
 func findInit(path string) (string, error) {
 	cands := []string{path}

@@ -23,7 +23,7 @@ type JailBench struct {
 	RootfsDir  string // the template's root filesystem
 	N          int    // sandboxes per side
 	Logger     *slog.Logger
-	Backends   runtime.Backends // VMAccel, VMInit
+	VM         vm.Settings // the accelerator and guest init of `moat serve`
 }
 
 // CompareJail times create → first command (`true` through envd) of
@@ -41,12 +41,12 @@ func CompareJail(ctx context.Context, b JailBench) (jailed, unjailed []time.Dura
 		return nil, nil, fmt.Errorf("jail bench: %w", err)
 	}
 	defer m.Close()
-	cfg := runtime.Config{DataDir: b.DataDir, Logger: b.Logger, Backends: b.Backends}
-	jr, err := vm.New(ctx, cfg, vm.WithNetwork(m), vm.WithPrelaunch(0))
+	cfg := runtime.Config{DataDir: b.DataDir, Logger: b.Logger}
+	jr, err := vm.New(ctx, cfg, vm.WithSettings(b.VM), vm.WithNetwork(m), vm.WithPrelaunch(0))
 	if err != nil {
 		return nil, nil, fmt.Errorf("jail bench: %w", err)
 	}
-	pr, err := vm.New(ctx, cfg, vm.WithNetwork(m), vm.WithoutJail(), vm.WithPrelaunch(0))
+	pr, err := vm.New(ctx, cfg, vm.WithSettings(b.VM), vm.WithNetwork(m), vm.WithoutJail(), vm.WithPrelaunch(0))
 	if err != nil {
 		return nil, nil, fmt.Errorf("jail bench: %w", err)
 	}

@@ -35,7 +35,7 @@ type StartBench struct {
 	RootfsDir  string // the template's root filesystem
 	N          int    // rounds of each kind
 	Logger     *slog.Logger
-	Backends   runtime.Backends // the backend settings of `moat serve` (guest init, accelerator)
+	VM         vm.Settings // the vm backend's settings of `moat serve` (guest init, accelerator)
 }
 
 // StartFloors are MeasureStart's samples.
@@ -70,7 +70,7 @@ func MeasureStart(ctx context.Context, b StartBench) (*StartFloors, error) {
 		return nil, fmt.Errorf("start bench: %w", err)
 	}
 	defer m.Close()
-	rt, err := vm.New(ctx, runtime.Config{DataDir: b.DataDir, Logger: b.Logger, Backends: b.Backends}, vm.WithNetwork(m), vm.WithoutJail(), vm.WithSpares(0), vm.WithPrelaunch(0))
+	rt, err := vm.New(ctx, runtime.Config{DataDir: b.DataDir, Logger: b.Logger}, vm.WithSettings(b.VM), vm.WithNetwork(m), vm.WithoutJail(), vm.WithSpares(0), vm.WithPrelaunch(0))
 	if err != nil {
 		return nil, fmt.Errorf("start bench: %w", err)
 	}

@@ -156,7 +156,7 @@ func isMountPoint(p string) bool {
 	return a.Dev != b.Dev
 }
 
-// Find locates the moat-nfsd binary: path (runtime.Backends.VMNFSD), next
+// Find locates the moat-nfsd binary: path (vm.Settings.NFSD), next
 // to the running executable, or on $PATH.
 func Find(path string) (string, error) {
 	cands := []string{path}
