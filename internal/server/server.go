@@ -119,10 +119,10 @@ func (s *Server) routes() {
 		"GET /nodes", "GET /nodes/{nodeID}", "POST /nodes/{nodeID}", "POST /admin/teams/{teamID}/sandboxes/kill",
 		"GET /admin/sandboxes/running-counts", "POST /admin/teams/{teamID}/builds/cancel",
 		"POST /admin/teams/{teamID}/api-keys", "DELETE /admin/teams/{teamID}/api-keys/{apiKeyID}",
-		"POST /access-tokens", "DELETE /access-tokens/{accessTokenID}", "GET /api-keys", "POST /api-keys",
-		"PATCH /api-keys/{apiKeyID}", "DELETE /api-keys/{apiKeyID}"} {
+		"POST /access-tokens", "DELETE /access-tokens/{accessTokenID}"} {
 		m.HandleFunc(p, s.auth(notImplemented))
 	}
+	s.apiKeyRoutes(m) // apikeys.go
 	m.HandleFunc("GET /sandboxes/{id}/logs", s.auth(s.withID(s.logsV1)))
 	m.HandleFunc("GET /v2/sandboxes/{id}/logs", s.auth(s.withID(s.logsV2)))
 }

@@ -22,6 +22,7 @@ import (
 // internal/storetest checks an implementation against these promises.
 type Store interface {
 	APIKeyChecker
+	APIKeyStore
 	TemplateStore
 	BuildStore
 	VolumeStore
@@ -35,6 +36,21 @@ type EventStore = eventapi.Store
 type APIKeyChecker interface {
 	// CheckAPIKey reports whether key is a known API key and, if so, its team.
 	CheckAPIKey(ctx context.Context, key string) (team string, ok bool, err error)
+}
+
+// APIKeyStore keeps a team's API keys (the /api-keys API, apikeys.go).
+type APIKeyStore interface {
+	// CreateNamedAPIKey makes a key for team and returns it as listed and
+	// its value (ErrInvalidArgument for a name past store.MaxAPIKeyName).
+	CreateNamedAPIKey(ctx context.Context, team, name string) (store.APIKey, string, error)
+	// ListAPIKeys returns team's keys, oldest first, never their values.
+	ListAPIKeys(ctx context.Context, team string) ([]store.APIKey, error)
+	// RenameAPIKey and DeleteAPIKey act on team's key id; another team's
+	// or an unknown one is ErrNotFound.
+	RenameAPIKey(ctx context.Context, team, id, name string) error
+	DeleteAPIKey(ctx context.Context, team, id string) error
+	// APIKeyID is the ID of the key whose value is key ("" for none).
+	APIKeyID(ctx context.Context, key string) (string, error)
 }
 
 // TemplateStore looks up and deletes templates for a team.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,6 +93,50 @@ func apiKeys(t *testing.T, d Store) {
 		if team, ok, err := d.CheckAPIKey(ctx, tt.key); err != nil || ok != tt.want || team != tt.team {
 			t.Errorf("CheckAPIKey(%q) = %q, %v, %v", tt.key, team, ok, err)
 		}
+	}
+	namedKeys(t, d, key)
+}
+
+// namedKeys: named keys list per team without their values, rename and
+// delete only within their team, and a deleted key stops working.
+func namedKeys(t *testing.T, d Store, first string) {
+	ctx := context.Background()
+	k, val, err := d.CreateNamedAPIKey(ctx, store.DefaultTeam, "ci")
+	if err != nil || k.Name != "ci" || k.ID == "" || !strings.HasPrefix(val, k.Prefix) || !strings.HasSuffix(val, k.Suffix) {
+		t.Fatalf("CreateNamedAPIKey = %+v, %q, %v", k, val, err)
+	}
+	if _, _, err := d.CreateNamedAPIKey(ctx, store.DefaultTeam, strings.Repeat("n", store.MaxAPIKeyName+1)); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a long name: %v", err)
+	}
+	list, err := d.ListAPIKeys(ctx, store.DefaultTeam)
+	if err != nil || len(list) != 2 || list[1].ID != k.ID || list[1].Name != "ci" || list[0].Suffix != "" && !strings.HasSuffix(first, list[0].Suffix) {
+		t.Fatalf("ListAPIKeys = %+v, %v", list, err)
+	}
+	if id, err := d.APIKeyID(ctx, val); err != nil || id != k.ID {
+		t.Errorf("APIKeyID = %q, %v; want %s", id, err, k.ID)
+	}
+	for _, tc := range []struct {
+		team, id string
+		want     error
+	}{
+		{"team-a", k.ID, errdefs.ErrNotFound}, {store.DefaultTeam, "x", errdefs.ErrNotFound}, {store.DefaultTeam, "99999", errdefs.ErrNotFound},
+		{store.DefaultTeam, k.ID, nil},
+	} {
+		if err := d.RenameAPIKey(ctx, tc.team, tc.id, "deploy"); !errors.Is(err, tc.want) {
+			t.Errorf("RenameAPIKey(%s, %s) = %v, want %v", tc.team, tc.id, err, tc.want)
+		}
+	}
+	if err := d.DeleteAPIKey(ctx, "team-a", k.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("another team's delete: %v", err)
+	}
+	if err := d.DeleteAPIKey(ctx, store.DefaultTeam, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := d.CheckAPIKey(ctx, val); ok {
+		t.Error("a deleted key still works")
+	}
+	if list, _ := d.ListAPIKeys(ctx, "team-a"); len(list) != 1 {
+		t.Errorf("team-a lists %+v", list)
 	}
 }
 

@@ -47,6 +47,7 @@ function route() {
     case 'events': pages.listPage(main, 'Events', '/events/sandboxes?limit=100&orderAsc=false', events); break
     case 'volumes': pages.listPage(main, 'Volumes', '/volumes', volumes); break
     case 'secrets': pages.listPage(main, 'Secrets', '/secrets', secrets); break
+    case 'api-keys': pages.apiKeys(main); break
     default: main.replaceChildren(h('p', { class: 'error' }, 'no such page'))
   }
   if (typeof c === 'function') cleanup = c

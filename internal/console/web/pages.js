@@ -163,3 +163,42 @@ export async function listPage(main, title, path, cols) {
     fail(main, e)
   }
 }
+
+// apiKeys is the team's API keys: masked, with a name and a Delete each,
+// and a form that makes one and shows its value once.
+export async function apiKeys(main) {
+  const name = h('input', { id: 'new-key-name', placeholder: 'name', required: true, maxlength: 128 })
+  const made = h('p', { id: 'new-key' })
+  const body = h('div', {}, h('p', { class: 'muted' }, 'loading…'))
+  const load = async () => {
+    try {
+      const list = (await api('/api-keys')) || []
+      body.replaceChildren(table('api-keys', ['Name', 'Key', 'Created', ''], list, (k) =>
+        h('tr', { dataset: { id: k.id } },
+          h('td', {}, k.name || '(no name)'),
+          h('td', { class: 'mono' }, `${k.mask.prefix}${k.mask.maskedValuePrefix}…${k.mask.maskedValueSuffix}`),
+          h('td', {}, when(k.createdAt)),
+          h('td', {}, h('button', { class: 'kill', onclick: async () => {
+            if (!confirm(`Delete API key ${k.name || k.id}?`)) return
+            try {
+              await api(`/api-keys/${enc(k.id)}`, { method: 'DELETE' })
+              await load()
+            } catch (e) { made.textContent = e.message; made.className = 'error' }
+          } }, 'Delete')))))
+    } catch (e) {
+      body.replaceChildren(h('p', { class: 'error' }, e.message))
+    }
+  }
+  const form = h('form', { class: 'inline', onsubmit: async (ev) => {
+    ev.preventDefault()
+    try {
+      const k = await api('/api-keys', { method: 'POST', body: { name: name.value } })
+      made.className = ''
+      made.replaceChildren('New key (shown once): ', h('code', { id: 'new-key-value' }, k.key))
+      name.value = ''
+      await load()
+    } catch (e) { made.textContent = e.message; made.className = 'error' }
+  } }, name, h('button', { type: 'submit' }, 'Create key'))
+  main.replaceChildren(h('h2', {}, 'API keys'), form, made, body)
+  await load()
+}
