@@ -87,6 +87,8 @@ test('console: list, chart, terminal, build log, kill', { timeout: 540_000 }, as
   await page.waitForFunction(() =>
     [...document.querySelectorAll('#terminal .xterm-rows > div')].some((r) => r.textContent.trim() === 'hi'))
   await page.screenshot({ path: path.join(shots, '3-terminal-echo-hi.png') })
+  // Its network policy (the default: internet access, nothing else).
+  await page.locator('#sandbox-network', { hasText: 'internet access' }).waitFor()
   // The sandbox's log shows envd starting the terminal's shell (a PTY).
   await page.locator('#sandbox-log').filter({ hasText: /process started .*pty=true/ }).waitFor({ timeout: 30_000 })
 

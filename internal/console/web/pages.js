@@ -53,6 +53,7 @@ export function sandbox(main, id) {
   const termStatus = h('span', { id: 'terminal-status', class: 'muted' })
   const termEl = h('div', { id: 'terminal' })
   const logEl = h('pre', { id: 'sandbox-log', class: 'log' })
+  const netEl = h('p', { id: 'sandbox-network' })
   let closeTerm = null
   const openBtn = h('button', { id: 'open-terminal', onclick: async () => {
     openBtn.disabled = true
@@ -71,6 +72,7 @@ export function sandbox(main, id) {
     h('p', { class: 'legend' }, h('span', { class: 'cpu' }, '— CPU %'), h('span', { class: 'mem' }, '— memory %')),
     chart, h('p', { id: 'metrics-now', class: 'muted' }),
     h('h3', {}, 'Terminal'), h('p', {}, openBtn, ' ', termStatus), termEl,
+    h('h3', {}, 'Network'), netEl,
     h('h3', {}, 'Log'), logEl,
   )
   const history = []
@@ -78,6 +80,7 @@ export function sandbox(main, id) {
     try {
       const s = await api(`/sandboxes/${enc(id)}`)
       info.textContent = `template ${s.alias || s.templateID} · ${s.state} · started ${when(s.startedAt)} · ends ${when(s.endAt)} · ${s.cpuCount} CPU · ${s.memoryMB} MB`
+      netEl.textContent = networkText(s)
       // Moat answers the current sample only: the chart keeps the history.
       for (const m of (await api(`/sandboxes/${enc(id)}/metrics`)) || []) {
         if (!history.length || history.at(-1).timestamp !== m.timestamp) history.push(m)
@@ -201,4 +204,18 @@ export async function apiKeys(main) {
   } }, name, h('button', { type: 'submit' }, 'Create key'))
   main.replaceChildren(h('h2', {}, 'API keys'), form, made, body)
   await load()
+}
+
+// networkText is a sandbox's network policy in a line: internet access,
+// allowed and denied destinations, domain rules (their headers' values
+// are secrets the API never returns) and public traffic.
+function networkText(s) {
+  const n = s.network || {}
+  const parts = [s.allowInternetAccess === false ? 'no internet access' : 'internet access']
+  if ((n.allowOut || []).length) parts.push(`allow ${n.allowOut.join(', ')}`)
+  if ((n.denyOut || []).length) parts.push(`deny ${n.denyOut.join(', ')}`)
+  const rules = Object.keys(n.rules || {})
+  if (rules.length) parts.push(`rules for ${rules.join(', ')}`)
+  if (n.allowPublicTraffic === false) parts.push('public traffic needs the access token')
+  return parts.join(' · ')
 }
