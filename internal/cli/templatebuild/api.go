@@ -209,6 +209,31 @@ func (a *templateAPI) templateExists(ctx context.Context, name string) (bool, er
 	return false, err
 }
 
+// lastBuild is how long the template's newest finished build other than
+// buildID took (GET /templates/{id}); false when it has none.
+func (a *templateAPI) lastBuild(ctx context.Context, templateID, buildID string) (time.Duration, bool) {
+	var out struct {
+		Builds []struct {
+			BuildID    string     `json:"buildID"`
+			Status     string     `json:"status"`
+			CreatedAt  time.Time  `json:"createdAt"`
+			FinishedAt *time.Time `json:"finishedAt"`
+		} `json:"builds"`
+	}
+	if a.call(ctx, http.MethodGet, "/templates/"+url.PathEscape(templateID), nil, &out, http.StatusOK) != nil {
+		return 0, false
+	}
+	var best time.Time
+	var took time.Duration
+	for _, b := range out.Builds {
+		if b.BuildID == buildID || b.Status != "ready" || b.FinishedAt == nil || !b.FinishedAt.After(best) {
+			continue
+		}
+		best, took = *b.FinishedAt, b.FinishedAt.Sub(b.CreatedAt)
+	}
+	return took, !best.IsZero()
+}
+
 // deleteTemplate is DELETE /templates/{id} (ID or name).
 func (a *templateAPI) deleteTemplate(ctx context.Context, idOrName string) error {
 	return a.call(ctx, http.MethodDelete, "/templates/"+url.PathEscape(idOrName), nil, nil, http.StatusNoContent)

@@ -150,6 +150,7 @@ func (b *dockerfileBuild) uploadOne(ctx context.Context, url string, cf *context
 func (b *dockerfileBuild) wait(ctx context.Context, ids buildIDs, p *prepared) error {
 	pr := newBuildProgress(b.out, p.tpl.Steps)
 	defer pr.close()
+	pr.expect, _ = b.api.lastBuild(ctx, ids.TemplateID, ids.BuildID)
 	offset := 0
 	for {
 		st, err := b.api.status(ctx, ids, offset)

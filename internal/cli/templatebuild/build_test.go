@@ -47,6 +47,12 @@ func (f *fakeBuildAPI) handler(t *testing.T) http.Handler {
 		w.WriteHeader(http.StatusAccepted)
 		fmt.Fprint(w, `{"templateID":"tid","buildID":"bid"}`)
 	})
+	mux.HandleFunc("GET /templates/tid", func(w http.ResponseWriter, r *http.Request) {
+		// The last build took 90 s; the current one (bid) is not finished.
+		fmt.Fprint(w, `{"templateID":"tid","builds":[{"buildID":"old","status":"ready","createdAt":"2026-12-01T10:00:00Z","finishedAt":"2026-12-01T10:01:30Z"},`+
+			`{"buildID":"older","status":"ready","createdAt":"2026-11-01T10:00:00Z","finishedAt":"2026-11-01T10:09:00Z"},`+
+			`{"buildID":"bid","status":"building","createdAt":"2026-12-07T10:00:00Z"}]}`)
+	})
 	mux.HandleFunc("GET /templates/tid/files/{hash}", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"present":false,"url":"http://%s/up/%s"}`, r.Host, r.PathValue("hash"))
@@ -157,7 +163,9 @@ func TestDockerfileBuild(t *testing.T) {
 	if strings.Join(f.offsets, ",") != "0,1,3,4" {
 		t.Errorf("logsOffsets %v", f.offsets)
 	}
-	if !strings.Contains(out.String(), "==> step 3/6 (Dockerfile line 2: COPY app /srv/") {
+	// The progress names each step and, going by the newest earlier build
+	// (90 s), how long is left.
+	if !strings.Contains(out.String(), "==> step 3/6 (Dockerfile line 2: COPY app /srv/") || !strings.Contains(out.String(), "(about 1m30s left, going by the last build)") {
 		t.Errorf("progress output:\n%s", out)
 	}
 }
@@ -234,5 +242,18 @@ func TestDockerignore(t *testing.T) {
 	}
 	if got := strings.Join(cf.rel, " "); got != "app app/a.js app/keep.log" {
 		t.Errorf("files %q", got)
+	}
+}
+
+// TestETA: a build past the last one's length says so; without one there
+// is no estimate.
+func TestETA(t *testing.T) {
+	p := &buildProgress{start: time.Now().Add(-2 * time.Minute), expect: time.Minute}
+	if got := p.eta(); got != " (longer than the last build's 1m0s)" {
+		t.Errorf("past: %q", got)
+	}
+	p.expect = 0
+	if got := p.eta(); got != "" {
+		t.Errorf("none: %q", got)
 	}
 }

@@ -23,6 +23,9 @@ type buildProgress struct {
 	bar   *progressbar.ProgressBar // nil when out is not a terminal
 	cur   int                      // the step shown (0 = base)
 	start time.Time
+	// expect is how long the template's last build took (0: none to go
+	// by): each step's header says how much of it is left.
+	expect time.Duration
 }
 
 func newBuildProgress(out io.Writer, steps []dockerfile.Step) *buildProgress {
@@ -48,9 +51,9 @@ func (p *buildProgress) entry(e logEntry) {
 	// as a build sandbox starts each RUN or COPY, then its output.
 	if n, err := strconv.Atoi(e.Step); err == nil && n > p.cur && n <= len(p.steps) && !strings.HasPrefix(e.Message, "[") {
 		p.cur = n
-		p.line(fmt.Sprintf("==> %s", describeStep(e.Step, p.steps)))
+		p.line(fmt.Sprintf("==> %s%s", describeStep(e.Step, p.steps), p.eta()))
 		if p.bar != nil {
-			p.bar.Describe(truncate(fmt.Sprintf("step %d/%d %s", n, len(p.steps), p.steps[n-1].Type), 40))
+			p.bar.Describe(truncate(fmt.Sprintf("step %d/%d %s%s", n, len(p.steps), p.steps[n-1].Type, p.eta()), 60))
 			_ = p.bar.Set(n)
 		}
 	}
@@ -59,6 +62,19 @@ func (p *buildProgress) entry(e logEntry) {
 		prefix = "  ! "
 	}
 	p.line(prefix + e.Message)
+}
+
+// eta is " (about Ns left)" going by the last build, "" without one; a
+// build past it says so. Cached steps make a rebuild faster than this.
+func (p *buildProgress) eta() string {
+	if p.expect <= 0 {
+		return ""
+	}
+	left := p.expect - time.Since(p.start)
+	if left <= 0 {
+		return fmt.Sprintf(" (longer than the last build's %s)", p.expect.Round(time.Second))
+	}
+	return fmt.Sprintf(" (about %s left, going by the last build)", max(left.Round(time.Second), time.Second))
 }
 
 // line prints one permanent line (above the bar on a terminal).
