@@ -274,7 +274,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	orch.OnRemove(px.CloseSandbox) // a removed sandbox's streams end at once
 	local := localHandler(console.Mount(withJoin(mx.API(api), joins)), countedProxy(mx, px))
 	srv := newHTTPServer(node.front(cfg, local, orch, db), log)
-	defer node.serve(serveArtefacts(db, cfg.NodeID, local), log)()
+	defer node.serve(serveArtefacts(db, cfg.NodeID, clusterTemplatesDir(cfg.DataDir), local), log)()
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -33,9 +34,11 @@ const artefactPath = "/cluster/templates/"
 var artefactRE = regexp.MustCompile(`^/cluster/templates/([A-Za-z0-9_.-]+)/rootfs$`)
 
 // serveArtefacts serves GET /cluster/templates/{id}/rootfs on the node
-// API (package cluster/artefact's stream of a template this node built)
-// and everything else with next.
-func serveArtefacts(db *store.DB, self string, next http.Handler) http.Handler {
+// API (package cluster/artefact's stream of a template this node built,
+// or of its checked copy of one in copies) and everything else with next.
+// Serving copies keeps a template usable by new nodes while its builder
+// is down; the receiver checks the digest whoever serves it.
+func serveArtefacts(db *store.DB, self, copies string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m := artefactRE.FindStringSubmatch(r.URL.Path)
 		if m == nil || r.Method != http.MethodGet {
@@ -43,20 +46,42 @@ func serveArtefacts(db *store.DB, self string, next http.Handler) http.Handler {
 			return
 		}
 		t, err := db.GetTemplate(r.Context(), m[1])
-		if err == nil && (t.NodeID != self || t.ID != m[1]) {
-			err = errdefs.Publicf(errdefs.ErrNotFound, "template %s was not built on node %s", m[1], self)
+		root := ""
+		switch {
+		case err != nil:
+		case t.ID != m[1]:
+			err = errdefs.Publicf(errdefs.ErrNotFound, "template %s not found", m[1])
+		case t.NodeID == self:
+			root = t.RootfsDir
+		case len(t.Digest) >= 16 && isDir(copyDir(copies, t)):
+			root = copyDir(copies, t)
+		default:
+			err = errdefs.Publicf(errdefs.ErrNotFound, "template %s was not built on node %s, which holds no copy of it", m[1], self)
 		}
 		if err != nil {
 			errhttp.WriteError(w, err)
 			return
 		}
 		w.Header().Set("Content-Type", "application/x-tar")
-		if _, err := artefact.Write(w, t.RootfsDir); err != nil {
+		if _, err := artefact.Write(w, root); err != nil {
 			// Headers are gone: cut the stream, which the receiver's
 			// digest check refuses.
 			panic(http.ErrAbortHandler)
 		}
 	})
+}
+
+// clusterTemplatesDir is where a node keeps the templates it copied.
+func clusterTemplatesDir(dataDir string) string { return filepath.Join(dataDir, "cluster-templates") }
+
+// copyDir is where a node keeps its copy of template t's tree.
+func copyDir(dir string, t store.Template) string {
+	return filepath.Join(dir, t.ID+"-"+t.Digest[:16], "rootfs")
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }
 
 // nodeTemplates is the orchestrator's store on a node of a cluster: a
@@ -75,7 +100,7 @@ func newNodeTemplates(cfg Config, db *store.DB, tc *tls.Config) orchestrator.Sto
 	if tc == nil {
 		return db
 	}
-	return &nodeTemplates{DB: db, self: cfg.NodeID, log: cfg.Logger, dir: filepath.Join(cfg.DataDir, "cluster-templates"), tls: tc}
+	return &nodeTemplates{DB: db, self: cfg.NodeID, log: cfg.Logger, dir: clusterTemplatesDir(cfg.DataDir), tls: tc}
 }
 
 func (n *nodeTemplates) GetTemplate(ctx context.Context, idOrName string) (store.Template, error) {
@@ -100,7 +125,7 @@ func (n *nodeTemplates) local(ctx context.Context, t store.Template) (store.Temp
 	if t.NodeID == "" || t.NodeID == n.self || len(t.Digest) < 16 {
 		return t, nil
 	}
-	dest := filepath.Join(n.dir, t.ID+"-"+t.Digest[:16], "rootfs")
+	dest := copyDir(n.dir, t)
 	if _, err := os.Stat(dest); err == nil {
 		t.RootfsDir = dest
 		return t, nil
@@ -119,17 +144,51 @@ func (n *nodeTemplates) local(ctx context.Context, t store.Template) (store.Temp
 	return t, nil
 }
 
-// copy fetches template t's tree from the node that built it into dest.
+// copy fetches template t's tree into dest: from the node that built it,
+// else from another node that holds a copy (tried in random order), each
+// stream checked against t's digest.
 func (n *nodeTemplates) copy(ctx context.Context, t store.Template, dest string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
-	src, err := n.DB.GetNode(ctx, t.NodeID)
+	nodes, err := n.DB.ListNodes(ctx)
 	if err != nil {
 		return err
 	}
-	if src.Lost || src.Addr == "" {
-		return fmt.Errorf("node %s is not reachable", src.ID)
+	var builder []store.Node
+	var others []store.Node
+	for _, nd := range nodes {
+		switch {
+		case nd.ID == n.self || nd.Lost || nd.Addr == "":
+		case nd.ID == t.NodeID:
+			builder = append(builder, nd)
+		default:
+			others = append(others, nd)
+		}
 	}
+	rand.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+	var errs []error
+	for _, src := range append(builder, others...) {
+		start := time.Now()
+		if err := n.fetch(ctx, src, t, dest); err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", src.ID, err))
+			continue
+		}
+		// Sandboxes' users traverse these as templates/<name> (secureTemplates).
+		if err := errors.Join(os.Chmod(n.dir, 0o711), os.Chmod(filepath.Dir(dest), 0o711)); err != nil {
+			return errors.Join(err, os.RemoveAll(filepath.Dir(dest)))
+		}
+		n.log.InfoContext(ctx, "template copied", "template", t.Name, "from", src.ID, "builder", t.NodeID,
+			"took", time.Since(start).Round(time.Millisecond))
+		return nil
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("neither node %s, which built it, nor another node is reachable", t.NodeID)
+	}
+	return errors.Join(errs...)
+}
+
+// fetch receives template t's tree from node src's node API into dest.
+func (n *nodeTemplates) fetch(ctx context.Context, src store.Node, t store.Template, dest string) error {
 	tc := n.tls.Clone()
 	tc.ServerName = src.ID
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}}
@@ -144,17 +203,7 @@ func (n *nodeTemplates) copy(ctx context.Context, t store.Template, dest string)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("node %s answered %s", src.ID, resp.Status)
+		return fmt.Errorf("answered %s", resp.Status)
 	}
-	start := time.Now()
-	if err := artefact.Receive(resp.Body, t.Digest, dest); err != nil {
-		return err
-	}
-	// Sandboxes' users traverse these as templates/<name> (secureTemplates).
-	if err := errors.Join(os.Chmod(n.dir, 0o711), os.Chmod(filepath.Dir(dest), 0o711)); err != nil {
-		return errors.Join(err, os.RemoveAll(filepath.Dir(dest)))
-	}
-	n.log.InfoContext(ctx, "template copied from the node that built it", "template", t.Name, "from", src.ID,
-		"took", time.Since(start).Round(time.Millisecond))
-	return nil
+	return artefact.Receive(resp.Body, t.Digest, dest)
 }
