@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -93,6 +94,34 @@ func TestRank(t *testing.T) {
 		got, err := p.Rank(loads, need)
 		if !slices.Equal(got, want) || (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
 			t.Fatalf("round %d: Rank = %v, %v; repeated Picks = %v, %v", round, got, err, want, wantErr)
+		}
+	}
+}
+
+// TestRankPrefers: the node that holds the template goes first while it
+// has at most one sandbox's memory less room than the best; past that the
+// emptier node does (and creates of a template spread as it is copied).
+func TestRankPrefers(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	p := Placement{Now: func() time.Time { return now }}
+	node := func(id string, reserved int) store.NodeLoad {
+		return store.NodeLoad{Node: store.Node{ID: id, MemoryMB: 1024, Runtimes: []string{"container"}, LeaseUntil: now.Add(time.Hour)},
+			ReservedMB: reserved}
+	}
+	for _, tc := range []struct {
+		name  string
+		loads []store.NodeLoad
+		want  string
+	}{
+		{"equal: the holder", []store.NodeLoad{node("a", 0), node("b", 0), node("c", 0)}, "c,a,b"},
+		{"one sandbox fuller: still the holder", []store.NodeLoad{node("a", 0), node("c", 512)}, "c,a"},
+		{"two sandboxes fuller: the emptier", []store.NodeLoad{node("a", 0), node("c", 1024)}, "a,c"},
+		{"the holder is the best anyway", []store.NodeLoad{node("a", 512), node("c", 0)}, "c,a"},
+		{"the holder does not fit", []store.NodeLoad{node("a", 0), node("c", 4096)}, "a"},
+	} {
+		got, err := p.Rank(tc.loads, Need{MemoryMB: 512, Prefer: "c"})
+		if err != nil || strings.Join(got, ",") != tc.want {
+			t.Errorf("%s: %v, %v; want %s", tc.name, got, err, tc.want)
 		}
 	}
 }

@@ -371,7 +371,7 @@ func (f *Front) need(ctx context.Context, r *http.Request, body []byte) (cluster
 	need := cluster.Need{Runtime: req.Metadata["moat.runtime"]}
 	if req.TemplateID != "" {
 		if t, err := f.c.Store.GetTemplate(ctx, req.TemplateID); err == nil {
-			need.MemoryMB = t.MemoryMB
+			need.MemoryMB, need.Prefer = t.MemoryMB, t.NodeID
 		}
 	}
 	if len(req.VolumeMounts) > 0 {
