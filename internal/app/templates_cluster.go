@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -145,8 +146,9 @@ func (n *nodeTemplates) local(ctx context.Context, t store.Template) (store.Temp
 }
 
 // copy fetches template t's tree into dest: from the node that built it,
-// else from another node that holds a copy (tried in random order), each
-// stream checked against t's digest.
+// else from the nodes that recorded a copy, else from any other live node
+// (each group in random order), each stream checked against t's digest;
+// then records its own copy.
 func (n *nodeTemplates) copy(ctx context.Context, t store.Template, dest string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
@@ -154,20 +156,24 @@ func (n *nodeTemplates) copy(ctx context.Context, t store.Template, dest string)
 	if err != nil {
 		return err
 	}
-	var builder []store.Node
-	var others []store.Node
+	held, _ := n.DB.TemplateHolders(ctx, t.ID, t.Digest) // a hint: every live node is asked in the end
+	var builder, holders, others []store.Node
 	for _, nd := range nodes {
 		switch {
 		case nd.ID == n.self || nd.Lost || nd.Addr == "":
 		case nd.ID == t.NodeID:
 			builder = append(builder, nd)
+		case slices.Contains(held, nd.ID):
+			holders = append(holders, nd)
 		default:
 			others = append(others, nd)
 		}
 	}
-	rand.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+	for _, l := range [][]store.Node{holders, others} {
+		rand.Shuffle(len(l), func(i, j int) { l[i], l[j] = l[j], l[i] })
+	}
 	var errs []error
-	for _, src := range append(builder, others...) {
+	for _, src := range slices.Concat(builder, holders, others) {
 		start := time.Now()
 		if err := n.fetch(ctx, src, t, dest); err != nil {
 			errs = append(errs, fmt.Errorf("node %s: %w", src.ID, err))
@@ -179,6 +185,11 @@ func (n *nodeTemplates) copy(ctx context.Context, t store.Template, dest string)
 		}
 		n.log.InfoContext(ctx, "template copied", "template", t.Name, "from", src.ID, "builder", t.NodeID,
 			"took", time.Since(start).Round(time.Millisecond))
+		// Placement now prefers this node for the template, and others may
+		// copy it from here; a failed record costs only that.
+		if err := n.DB.RecordTemplateCopy(ctx, t.ID, n.self, t.Digest); err != nil {
+			n.log.WarnContext(ctx, "cluster: recording a template copy", "template", t.Name, "err", err)
+		}
 		return nil
 	}
 	if len(errs) == 0 {

@@ -90,6 +90,9 @@ func TestTemplateCopiesServed(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(got.RootfsDir, "etc", "motd")); err != nil || string(b) != "built on node-a\n" {
 		t.Fatalf("node-c's copy: %q, %v", b, err)
 	}
+	if held, err := db.TemplateHolders(ctx, tpl.ID, digest); err != nil || len(held) != 1 || held[0] != "node-c" {
+		t.Errorf("recorded holders: %v, %v; want node-c", held, err)
+	}
 	// A copy changed on node-b's disk: node-d refuses it.
 	if err := os.WriteFile(filepath.Join(heldB, "etc", "motd"), []byte("changed\n"), 0o644); err != nil {
 		t.Fatal(err)

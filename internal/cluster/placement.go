@@ -17,11 +17,12 @@ type Need struct {
 	// Node pins the sandbox to one node ("" = any): the one that holds
 	// the volumes it mounts.
 	Node string
-	// Prefer names a node that holds the sandbox's template already (the
-	// node that built it): Rank puts it first when it has at most one
-	// sandbox's memory less room than the best, so that a node need not
-	// copy the template while one that has it is about as free.
-	Prefer string
+	// Prefer names the nodes that hold the sandbox's template already
+	// (the node that built it and those that copied it): Rank puts the
+	// best of them first when it has at most one sandbox's memory less
+	// room than the best node, so that a node need not copy the template
+	// while one that has it is about as free.
+	Prefer []string
 }
 
 // Placement chooses a node for each sandbox (store.PlaceSandbox calls
@@ -57,8 +58,8 @@ func (p Placement) Pick(loads []store.NodeLoad, need Need) (string, error) {
 }
 
 // Rank returns every node Pick could choose for need, best first: the
-// order repeated Picks give (but for need.Prefer, moved first when it is
-// about as free as the best) when each chosen node is taken out of loads
+// order repeated Picks give (but for the best of need.Prefer, moved first
+// when it is about as free as the best) when each chosen node is taken out of loads
 // (the front door's candidates, a create's next node when one refuses),
 // in one sort instead of a Pick per node, which costs O(N²) a create
 // (moat bench --cluster: with 500 nodes most of the API server's CPU).
@@ -83,7 +84,7 @@ func (p Placement) Rank(loads []store.NodeLoad, need Need) ([]string, error) {
 	slices.SortStableFunc(cs, func(a, b cand) int {
 		return cmp.Or(cmp.Compare(b.free, a.free), cmp.Compare(a.sbxs, b.sbxs))
 	})
-	if i := slices.IndexFunc(cs, func(c cand) bool { return c.id == need.Prefer }); i > 0 && cs[i].free >= cs[0].free-need.MemoryMB {
+	if i := slices.IndexFunc(cs, func(c cand) bool { return slices.Contains(need.Prefer, c.id) }); i > 0 && cs[i].free >= cs[0].free-need.MemoryMB {
 		c := cs[i]
 		copy(cs[1:i+1], cs[:i])
 		cs[0] = c

@@ -118,8 +118,9 @@ func TestRankPrefers(t *testing.T) {
 		{"two sandboxes fuller: the emptier", []store.NodeLoad{node("a", 0), node("c", 1024)}, "a,c"},
 		{"the holder is the best anyway", []store.NodeLoad{node("a", 512), node("c", 0)}, "c,a"},
 		{"the holder does not fit", []store.NodeLoad{node("a", 0), node("c", 4096)}, "a"},
+		{"the best of two holders", []store.NodeLoad{node("a", 0), node("b", 512), node("z", 256)}, "z,a,b"},
 	} {
-		got, err := p.Rank(tc.loads, Need{MemoryMB: 512, Prefer: "c"})
+		got, err := p.Rank(tc.loads, Need{MemoryMB: 512, Prefer: []string{"c", "z"}})
 		if err != nil || strings.Join(got, ",") != tc.want {
 			t.Errorf("%s: %v, %v; want %s", tc.name, got, err, tc.want)
 		}

@@ -316,7 +316,8 @@ func (d *DB) DeleteTeamTemplate(ctx context.Context, team, idOrName string) (Tem
 	if running > 0 {
 		return Template{}, errdefs.Publicf(errdefs.ErrFailedPrecondition, "template '%s' has a build running", idOrName)
 	}
-	for _, q := range []string{`DELETE FROM templates WHERE id = ?`, `DELETE FROM template_builds WHERE template_id = ?`} {
+	for _, q := range []string{`DELETE FROM templates WHERE id = ?`, `DELETE FROM template_builds WHERE template_id = ?`,
+		`DELETE FROM template_copies WHERE template_id = ?`} {
 		if _, err := tx.ExecContext(ctx, q, t.ID); err != nil {
 			return Template{}, fmt.Errorf("delete template %s: %w", idOrName, err)
 		}

@@ -244,3 +244,26 @@ func (d *DB) UseJoinToken(ctx context.Context, id, hash, node string, now time.T
 	}
 	return nil
 }
+
+// RecordTemplateCopy records that node holds a checked copy of template
+// id's tree with digest (replacing what it held of the template before).
+func (d *DB) RecordTemplateCopy(ctx context.Context, id, node, digest string) error {
+	if id == "" || node == "" || digest == "" {
+		return fmt.Errorf("record template copy %q on %q: %w", id, node, errInvalid)
+	}
+	_, err := d.w.ExecContext(ctx, `INSERT INTO template_copies (template_id, node_id, digest) VALUES (?, ?, ?)
+		ON CONFLICT (template_id, node_id) DO UPDATE SET digest = excluded.digest`, id, node, digest)
+	if err != nil {
+		return fmt.Errorf("record template copy %s on %s: %w", id, node, err)
+	}
+	return nil
+}
+
+// TemplateHolders are the nodes that recorded a copy of template id with
+// digest, by ID.
+func (d *DB) TemplateHolders(ctx context.Context, id, digest string) ([]string, error) {
+	return queryAll(ctx, d.r, "template holders", func(sc scanner) (string, error) {
+		var n string
+		return n, sc.Scan(&n)
+	}, `SELECT node_id FROM template_copies WHERE template_id = ? AND digest = ? ORDER BY node_id`, id, digest)
+}

@@ -58,6 +58,11 @@ type Store interface {
 	// GetNode returns node id (errdefs.ErrNotFound); DeleteNode forgets it.
 	GetNode(ctx context.Context, id string) (store.Node, error)
 	DeleteNode(ctx context.Context, id string) error
+	// RecordTemplateCopy records that a node holds a checked copy of a
+	// template's tree with a digest; TemplateHolders lists the nodes
+	// holding one with that digest, by ID.
+	RecordTemplateCopy(ctx context.Context, id, node, digest string) error
+	TemplateHolders(ctx context.Context, id, digest string) ([]string, error)
 	// NodeLoads returns every registered node with the memory and number
 	// of its sandboxes that are not paused (what the cluster's front door
 	// places by).
@@ -90,6 +95,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"Nodes", nodes},
 		{"SandboxNodes", sandboxNodes},
 		{"NodeLoads", nodeLoads},
+		{"TemplateCopies", templateCopies},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,4 +112,30 @@ func equal(a, b []string) bool {
 		}
 	}
 	return len(a) == len(b)
+}
+
+// templateCopies: holders are listed by digest, and a node's newer copy
+// replaces its older.
+func templateCopies(t *testing.T, d Store) {
+	ctx := context.Background()
+	if err := d.UpsertTemplate(ctx, store.Template{ID: "tc", Name: "tc", RootfsDir: "/x", NodeID: "node-a", Digest: "d1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][2]string{{"node-c", "d1"}, {"node-b", "d1"}, {"node-d", "d0"}} {
+		if err := d.RecordTemplateCopy(ctx, "tc", c[0], c[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := d.TemplateHolders(ctx, "tc", "d1"); err != nil || !equal(got, []string{"node-b", "node-c"}) {
+		t.Fatalf("holders of d1: %v, %v", got, err)
+	}
+	if err := d.RecordTemplateCopy(ctx, "tc", "node-d", "d1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := d.TemplateHolders(ctx, "tc", "d1"); !equal(got, []string{"node-b", "node-c", "node-d"}) {
+		t.Fatalf("after node-d's newer copy: %v", got)
+	}
+	if err := d.RecordTemplateCopy(ctx, "tc", "", "d1"); err == nil {
+		t.Error("a copy without a node was recorded")
+	}
 }

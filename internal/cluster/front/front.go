@@ -40,6 +40,8 @@ type Store interface {
 	GetNode(ctx context.Context, id string) (store.Node, error)
 	NodeLoads(ctx context.Context) ([]store.NodeLoad, error)
 	GetTemplate(ctx context.Context, idOrName string) (store.Template, error)
+	// TemplateHolders are the nodes that copied a template's tree.
+	TemplateHolders(ctx context.Context, id, digest string) ([]string, error)
 	// GetVolume and CheckAPIKey find the node of a volume (volumes.go).
 	GetVolume(ctx context.Context, team, ref string) (store.Volume, error)
 	CheckAPIKey(ctx context.Context, key string) (team string, ok bool, err error)
@@ -371,7 +373,11 @@ func (f *Front) need(ctx context.Context, r *http.Request, body []byte) (cluster
 	need := cluster.Need{Runtime: req.Metadata["moat.runtime"]}
 	if req.TemplateID != "" {
 		if t, err := f.c.Store.GetTemplate(ctx, req.TemplateID); err == nil {
-			need.MemoryMB, need.Prefer = t.MemoryMB, t.NodeID
+			need.MemoryMB = t.MemoryMB
+			if t.NodeID != "" { // built on a node: prefer those that hold it
+				held, _ := f.c.Store.TemplateHolders(ctx, t.ID, t.Digest)
+				need.Prefer = append(held, t.NodeID)
+			}
 		}
 	}
 	if len(req.VolumeMounts) > 0 {
