@@ -73,7 +73,9 @@ func (s *fakeStore) GetVolume(_ context.Context, team, ref string) (store.Volume
 	return store.Volume{}, errdefs.ErrNotFound
 }
 
-func (s *fakeStore) TemplateHolders(context.Context, string, string) ([]string, error) { return nil, nil }
+func (s *fakeStore) TemplateHolders(context.Context, string, string) ([]string, error) {
+	return nil, nil
+}
 
 func (s *fakeStore) CheckAPIKey(_ context.Context, key string) (string, bool, error) {
 	team, ok := s.keys[key]
