@@ -80,10 +80,11 @@ func readNodeCert(dir string) (key, cert, ca []byte, err error) {
 		}
 		errs = append(errs, err)
 	}
-	if err := errors.Join(errs...); err != nil && missing < 3 {
+	switch err := errors.Join(errs...); {
+	case err != nil && missing < 3:
 		// %v: a partial set is not "not there".
 		return nil, nil, nil, fmt.Errorf("%v (all of %s, %s and %s are needed)", err, join.KeyFile, join.CertFile, join.CAFile)
-	} else if err != nil {
+	case err != nil:
 		return nil, nil, nil, err
 	}
 	return pems[0], pems[1], pems[2], nil
@@ -142,35 +143,10 @@ func (c *nodeCert) renew(ctx context.Context) error {
 	if err := c.keeper.Set(cert2, key2); err != nil {
 		return err
 	}
-	// The key first: a start between the two renames reads a pair that
-	// does not match and says so; the certificate alone could be taken for
-	// a valid one.
-	return writeFiles(c.dir, []fileOut{{join.KeyFile, key2, 0o600}, {join.CertFile, cert2, 0o644}})
+	return join.SaveRenewed(c.dir, key2, cert2)
 }
 
 func caHash(ca []byte) string { h, _ := join.CAHash(ca); return h }
-
-// fileOut is a file writeFiles writes.
-type fileOut struct {
-	name string
-	b    []byte
-	mode os.FileMode
-}
-
-// writeFiles replaces each file in dir, each through a temporary file
-// renamed over it.
-func writeFiles(dir string, files []fileOut) error {
-	for _, f := range files {
-		tmp := filepath.Join(dir, "."+f.name+".new")
-		if err := os.WriteFile(tmp, f.b, f.mode); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, filepath.Join(dir, f.name)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // renewCerts runs the renewal of this server's node certificate, when it
 // is clustered, until the returned stop is called.

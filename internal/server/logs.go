@@ -19,23 +19,32 @@ const maxLogLimit = 1000
 // as lines and as structured entries.
 func (s *Server) logsV1(w http.ResponseWriter, r *http.Request, id string) {
 	q := r.URL.Query()
-	start, err := msParam(q.Get("start"), "start")
-	if err == nil {
-		var limit int
-		if limit, err = limitParam(q.Get("limit")); err == nil {
-			var es []sandboxlog.Entry
-			if es, err = s.logEntries(r, id, sandboxlog.Query{Cursor: start, Limit: limit}); err == nil {
-				out := rest.SandboxLogs{Logs: make([]rest.SandboxLog, len(es)), LogEntries: make([]rest.SandboxLogEntry, len(es))}
-				for i, e := range es {
-					out.Logs[i] = rest.SandboxLog{Timestamp: e.Time, Line: e.Line}
-					out.LogEntries[i] = logEntry(e)
-				}
-				errhttp.WriteJSON(w, http.StatusOK, out)
-				return
-			}
-		}
+	lq, err := v1Query(q.Get("start"), q.Get("limit"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
-	s.fail(w, r, err)
+	es, err := s.logEntries(r, id, lq)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := rest.SandboxLogs{Logs: make([]rest.SandboxLog, len(es)), LogEntries: make([]rest.SandboxLogEntry, len(es))}
+	for i, e := range es {
+		out.Logs[i] = rest.SandboxLog{Timestamp: e.Time, Line: e.Line}
+		out.LogEntries[i] = logEntry(e)
+	}
+	errhttp.WriteJSON(w, http.StatusOK, out)
+}
+
+func v1Query(start, limit string) (sandboxlog.Query, error) {
+	var q sandboxlog.Query
+	var err error
+	if q.Cursor, err = msParam(start, "start"); err != nil {
+		return q, err
+	}
+	q.Limit, err = limitParam(limit)
+	return q, err
 }
 
 // logsV2 is GET /v2/sandboxes/{id}/logs: cursor (unix ms), limit (0 to

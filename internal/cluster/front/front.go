@@ -309,9 +309,8 @@ const maxCreateBody = 1 << 20
 // (or no node is reachable but this one and nothing pins the sandbox
 // elsewhere), else on the chosen node.
 func (f *Front) create(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxCreateBody+1))
-	if err != nil || len(body) > maxCreateBody {
-		f.c.Local.ServeHTTP(w, withBody(r, body)) // the API's own answer
+	body, ok := f.readBody(w, r)
+	if !ok {
 		return
 	}
 	need, err := f.need(r.Context(), r, body)
@@ -325,6 +324,17 @@ func (f *Front) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.tryNodes(w, r, body, order, err)
+}
+
+// readBody reads a create's body to place it; one that cannot be read or
+// is past maxCreateBody gets this server's own answer (false).
+func (f *Front) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxCreateBody+1))
+	if err != nil || len(body) > maxCreateBody {
+		f.c.Local.ServeHTTP(w, withBody(r, body)) // the API's own answer
+		return nil, false
+	}
+	return body, true
 }
 
 // tryNodes sends the request with body to the first node of order (this

@@ -3,7 +3,6 @@ package front
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 
@@ -48,9 +47,8 @@ func (f *Front) createVolume(w http.ResponseWriter, r *http.Request) {
 		f.c.Local.ServeHTTP(w, r)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxCreateBody+1))
-	if err != nil || len(body) > maxCreateBody {
-		f.c.Local.ServeHTTP(w, withBody(r, body))
+	body, ok := f.readBody(w, r)
+	if !ok {
 		return
 	}
 	order, err := f.candidates(r.Context(), cluster.Need{})

@@ -131,12 +131,34 @@ func Save(dir, apiURL string, key, cert, ca []byte) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	for _, f := range []struct {
-		name string
-		b    []byte
-		mode os.FileMode
-	}{{CAFile, ca, 0o644}, {CertFile, cert, 0o644}, {KeyFile, key, 0o600}, {APIFile, []byte(apiURL + "\n"), 0o644}} {
-		if err := os.WriteFile(filepath.Join(dir, f.name), f.b, f.mode); err != nil {
+	return writeFiles(dir, []fileOut{{CAFile, ca, 0o644}, {CertFile, cert, 0o644}, {KeyFile, key, 0o600},
+		{APIFile, []byte(apiURL + "\n"), 0o644}})
+}
+
+// SaveRenewed replaces the key and certificate in dir with renewed ones:
+// the key first, so that a start between the two reads a pair that does
+// not match and says so, rather than a certificate alone that could be
+// taken for a valid one.
+func SaveRenewed(dir string, key, cert []byte) error {
+	return writeFiles(dir, []fileOut{{KeyFile, key, 0o600}, {CertFile, cert, 0o644}})
+}
+
+// fileOut is a file writeFiles writes.
+type fileOut struct {
+	name string
+	b    []byte
+	mode os.FileMode
+}
+
+// writeFiles replaces each file in dir, each through a temporary file
+// renamed over it.
+func writeFiles(dir string, files []fileOut) error {
+	for _, f := range files {
+		tmp := filepath.Join(dir, "."+f.name+".new")
+		if err := os.WriteFile(tmp, f.b, f.mode); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, f.name)); err != nil {
 			return err
 		}
 	}

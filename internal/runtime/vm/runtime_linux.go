@@ -198,13 +198,11 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 	if o.err != nil {
 		return nil, o.err
 	}
+	if err := (Settings{Accel: o.accel}).Validate(); err != nil { // also WithAccel's
+		return nil, err
+	}
 	if o.accel == "" {
 		o.accel = "auto"
-	}
-	switch o.accel {
-	case "auto", "kvm", "tcg":
-	default:
-		return nil, fmt.Errorf("vm runtime: accelerator %q: want auto, kvm or tcg: %w", o.accel, errdefs.ErrInvalidArgument)
 	}
 	log := cfg.Logger
 	if log == nil {
