@@ -21,9 +21,10 @@ import (
 // first runCode does not wait for a cold kernel.
 const pythonKernelSpec = "/usr/share/jupyter/kernels/python3/kernel.json"
 
-// serveInterpreter serves the code-interpreter API (E2B port 49999) on addr
-// until ctx ends. Inside a sandbox kernels run as the template's "user".
-func serveInterpreter(addr string, srv *server.Server, host bool, log *slog.Logger) (func(), error) {
+// serveInterpreter serves the code-interpreter API (E2B port 49999) on ln
+// until stop is called.
+// Inside a sandbox kernels run as the template's "user".
+func serveInterpreter(ln net.Listener, srv *server.Server, host bool, log *slog.Logger) (stop func()) {
 	cfg := interpreter.Config{Env: srv.State().Env, Logger: log.With("component", "interpreter")}
 	if !host {
 		_, err := os.Stat(pythonKernelSpec)
@@ -36,10 +37,6 @@ func serveInterpreter(addr string, srv *server.Server, host bool, log *slog.Logg
 			cfg.KernelEnv = []string{"HOME=" + u.HomeDir, "USER=user", "LOGNAME=user"}
 		}
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", addr, err)
-	}
 	svc := interpreter.NewService(cfg)
 	hs := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 640 * time.Second}
 	go func() {
@@ -51,5 +48,5 @@ func serveInterpreter(addr string, srv *server.Server, host bool, log *slog.Logg
 	return func() {
 		_ = hs.Close()
 		svc.Close()
-	}, nil
+	}
 }

@@ -102,27 +102,34 @@ func run() error {
 	if addr == "" {
 		addr = net.JoinHostPort("", strconv.Itoa(o.port))
 	}
-	srv, err := server.New(server.Config{
-		Addr: addr, HostMode: o.host, Home: o.home, Logger: log, Internal: internalEnv(),
-	})
-	if err != nil {
-		return err
+	// Listening first: connections wait in the backlog while the servers
+	// are built (~1 ms), and the runtime, which dials envd until one is
+	// accepted, sees it ready that much sooner. The code interpreter's
+	// port listens before envd's, so a ready envd means both accept.
+	var codeLn net.Listener
+	if o.code != "" {
+		if codeLn, err = net.Listen("tcp", o.code); err != nil {
+			return fmt.Errorf("listen on %s: %w", o.code, err)
+		}
 	}
-	defer srv.Close()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
+	fmt.Fprintf(os.Stderr, "envd listening on %s\n", ln.Addr()) // the runtime watches for this write
+	srv, err := server.New(server.Config{
+		Addr: addr, HostMode: o.host, Home: o.home, Logger: log, Internal: internalEnv(),
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer srv.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if o.code != "" {
-		stopInterp, err := serveInterpreter(o.code, srv, o.host, log)
-		if err != nil {
-			return err
-		}
-		defer stopInterp()
+	if codeLn != nil {
+		defer serveInterpreter(codeLn, srv, o.host, log)()
 	}
-	fmt.Fprintf(os.Stderr, "envd listening on %s\n", ln.Addr())
 	log.Debug("envd started", "host", o.host, "home", o.home)
 	if err := srv.Serve(ctx, ln); err != nil && !errors.Is(err, context.Canceled) {
 		return err

@@ -23,6 +23,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -47,14 +48,18 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	// DefaultConcurrency is the number of operations run at once unless
-	// configured: measured on a 2-core host, more creates in parallel do
-	// not raise creates per second (the work is CPU-bound mount, network
-	// and process set-up), they only make each one slower.
-	DefaultConcurrency = 4
-	DefaultQueue       = 1024
-	DefaultMaxWait     = 60 * time.Second
+	DefaultQueue   = 1024
+	DefaultMaxWait = 60 * time.Second
 )
+
+// DefaultConcurrency is the number of operations run at once unless
+// configured: two per CPU the process may use. A create is mostly CPU-bound
+// mount, network and process set-up with short waits on the kernel in
+// between, so about one per core keeps the cores busy and a second covers
+// the waits; measured on a 2-core host, 2, 4 and 8 at once gave a burst
+// of 100 creates medians of 1.00–1.13, 0.93–1.12 and 1.07–1.26 s: more
+// only make each one slower.
+var DefaultConcurrency = 2 * runtime.GOMAXPROCS(0)
 
 // firstEstimate is the expected length of an operation before any has
 // finished.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -476,45 +475,6 @@ func (r *Runtime) mountLayer(ctx context.Context, spec runtime.Spec, dir string,
 	tr.step("layer")
 	return nil
 }
-
-// waitReady waits until envd accepts a connection. A refused dial (envd
-// not listening yet: the veth answers at once) is retried after a pause
-// that starts at 50 µs and doubles up to 250 µs, so readiness is seen
-// within a quarter of a millisecond (a refused dial costs tens of µs of
-// CPU: envd's ~5 ms start takes about twenty); once the pause is at its
-// cap, a dead container init ends the wait early.
-func (r *Runtime) waitReady(ctx context.Context, h *runtime.Handle, init *runtime.Process) error {
-	ctx, cancel := context.WithTimeout(ctx, r.o.readyTimeout)
-	defer cancel()
-	addr := net.JoinHostPort(h.Addr.String(), strconv.Itoa(envdPort))
-	var d net.Dialer
-	delay := 50 * time.Microsecond
-	for {
-		dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		c, err := d.DialContext(dctx, "tcp", addr)
-		dcancel()
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if delay == maxReadyDelay && init.Exited() {
-			tail, _ := hostfs.Tail(r.logPath(h.ID), 2048)
-			return fmt.Errorf("sandbox %s: envd exited before listening on %s: %w (envd.log: %q)", h.ID, addr, errdefs.ErrUnavailable, tail)
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			tail, _ := hostfs.Tail(r.logPath(h.ID), 2048)
-			return fmt.Errorf("sandbox %s: envd not reachable at %s: %w (envd.log: %q)", h.ID, addr, errors.Join(ctx.Err(), errdefs.ErrUnavailable), tail)
-		case <-t.C:
-		}
-		delay = min(2*delay, maxReadyDelay)
-	}
-}
-
-// maxReadyDelay is waitReady's longest pause between two dials.
-const maxReadyDelay = 250 * time.Microsecond
 
 // Kill implements runtime.Runtime. It undoes what Create did; for a sandbox
 // this process did not create (after a restart) it removes every object named
