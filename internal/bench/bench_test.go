@@ -54,3 +54,30 @@ func TestTrimmed(t *testing.T) {
 		t.Fatal("an unknown mode was accepted")
 	}
 }
+
+func TestParseBusy(t *testing.T) {
+	for _, tc := range []struct {
+		name, stat string
+		want       time.Duration
+	}{
+		{"busy fields only", "cpu  100 20 30 5000 70 4 6 9 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n", 160 * 10 * time.Millisecond},
+		{"no trailing newline", "cpu 1 0 0 0 0 0 0", 10 * time.Millisecond},
+		{"per-cpu line first", "cpu0 1 2 3 4 5 6 7 8\n", 0},
+		{"too few fields", "cpu 1 2 3\n", 0},
+		{"not a number", "cpu 1 x 3 4 5 6 7 8\n", 0},
+		{"empty", "", 0},
+	} {
+		if got := parseBusy(tc.stat); got != tc.want {
+			t.Errorf("%s: parseBusy = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func FuzzParseBusy(f *testing.F) {
+	f.Add("cpu  100 20 30 5000 70 4 6 9 0 0\n")
+	f.Fuzz(func(t *testing.T, stat string) {
+		if parseBusy(stat) < 0 {
+			t.Fatal("negative busy time")
+		}
+	})
+}

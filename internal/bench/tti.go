@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,6 +45,10 @@ type TTIReport struct {
 	Failures  map[string]int // error text (first line) → count
 	Wall      time.Duration  // from the first start to the last answer
 	ClientCPU time.Duration  // user+system CPU of this process meanwhile
+	// HostCPU is the busy CPU time of the whole host meanwhile, from
+	// /proc/stat (0 where there is none): the server's, the sandboxes' and
+	// the client's work, less noisy than the wall time on a shared host.
+	HostCPU time.Duration
 }
 
 // RunTTI measures cfg.N sandboxes in cfg.Mode; every sandbox made is
@@ -74,7 +80,7 @@ func RunTTI(ctx context.Context, cfg TTIConfig) (TTIReport, error) {
 		}
 		rep.TTI.Samples = append(rep.TTI.Samples, d)
 	}
-	cpu0 := cpuTime()
+	cpu0, host0 := cpuTime(), hostBusy()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range cfg.N {
@@ -92,6 +98,9 @@ func RunTTI(ctx context.Context, cfg TTIConfig) (TTIReport, error) {
 	}
 	wg.Wait()
 	rep.Wall, rep.ClientCPU = time.Since(start), cpuTime()-cpu0
+	if host1 := hostBusy(); host0 > 0 && host1 > host0 {
+		rep.HostCPU = host1 - host0
+	}
 	killAll(ctx, made)
 	return rep, nil
 }
@@ -148,6 +157,40 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// hostBusy is the CPU time all of the host's CPUs have been busy since
+// boot (user, nice, system, irq and softirq in /proc/stat's first line;
+// not idle, iowait or the time a hypervisor stole), 0 where /proc/stat
+// cannot be read.
+func hostBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	return parseBusy(string(b))
+}
+
+// parseBusy reads hostBusy's sum from /proc/stat's text (0 if malformed).
+func parseBusy(stat string) time.Duration {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var ticks uint64
+	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system irq softirq
+		n, err := strconv.ParseUint(f[i], 10, 64)
+		if err != nil || n > 1<<40 { // 2^40 ticks: centuries, and no overflow below
+			return 0
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc/stat: 100 on every Linux
+// architecture Moat builds for.
+const clockTicks = 100
+
 // Trimmed is s without the fastest and slowest frac of its samples each
 // (ComputeSDK trims 5 % on each side before its percentiles).
 func (s Series) Trimmed(frac float64) Series {
@@ -161,15 +204,20 @@ func (s Series) Trimmed(frac float64) Series {
 }
 
 // PrintTTI writes the reports as a table: success rate, trimmed median,
-// p95 and p99, wall time and the client's CPU.
+// p95 and p99, wall time, the client's CPU and the host's busy CPU per
+// sandbox.
 func PrintTTI(w io.Writer, label string, reps []TTIReport) {
-	fmt.Fprintf(w, "%-28s %5s %8s %9s %9s %9s %9s %10s\n", "time to interactive ("+label+")", "n", "success", "median", "p95", "p99",
-		"wall", "client cpu")
+	fmt.Fprintf(w, "%-28s %5s %8s %9s %9s %9s %9s %10s %12s\n", "time to interactive ("+label+")", "n", "success", "median", "p95", "p99",
+		"wall", "client cpu", "host cpu/sb")
 	for _, r := range reps {
 		t := r.TTI.Trimmed(0.05)
-		fmt.Fprintf(w, "%-28s %5d %7.1f%% %9v %9v %9v %9v %10v\n", r.Mode, r.N, 100*float64(len(r.TTI.Samples))/float64(max(r.N, 1)),
+		perSandbox := "-"
+		if r.HostCPU > 0 {
+			perSandbox = (r.HostCPU / time.Duration(max(r.N, 1))).Round(100 * time.Microsecond).String()
+		}
+		fmt.Fprintf(w, "%-28s %5d %7.1f%% %9v %9v %9v %9v %10v %12s\n", r.Mode, r.N, 100*float64(len(r.TTI.Samples))/float64(max(r.N, 1)),
 			t.Median().Round(time.Millisecond), t.Percentile(95).Round(time.Millisecond), t.Percentile(99).Round(time.Millisecond),
-			r.Wall.Round(10*time.Millisecond), r.ClientCPU.Round(10*time.Millisecond))
+			r.Wall.Round(10*time.Millisecond), r.ClientCPU.Round(10*time.Millisecond), perSandbox)
 		for msg, n := range r.Failures {
 			fmt.Fprintf(w, "    %d × %s\n", n, msg)
 		}
