@@ -8,6 +8,7 @@ import (
 	"github.com/moatsh/moat/api/rest"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/errdefs/errhttp"
+	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/server/templateapi"
 	"github.com/moatsh/moat/internal/store"
 )
@@ -226,7 +227,8 @@ func (s *Server) templateWithBuilds(w http.ResponseWriter, r *http.Request) {
 			Builds: []rest.TemplateBuild{}}
 		if len(builds) == 0 && t.BuildID != "" { // a CLI build
 			out.Builds = append(out.Builds, rest.TemplateBuild{BuildID: t.BuildID, Status: store.BuildReady,
-				CpuCount: int32(t.CPUCount), MemoryMB: int32(t.MemoryMB), CreatedAt: t.UpdatedAt, UpdatedAt: t.UpdatedAt,
+				CpuCount: int32(orDefault(t.CPUCount, orchestrator.DefaultVCPUs)),
+				MemoryMB: int32(orDefault(t.MemoryMB, orchestrator.DefaultMemoryMiB)), CreatedAt: t.UpdatedAt, UpdatedAt: t.UpdatedAt,
 				FinishedAt: &t.UpdatedAt, EnvdVersion: optional(t.EnvdVersion)})
 		}
 	} else {
@@ -234,8 +236,11 @@ func (s *Server) templateWithBuilds(w http.ResponseWriter, r *http.Request) {
 		out.CreatedAt, out.UpdatedAt = builds[len(builds)-1].CreatedAt, builds[0].UpdatedAt
 	}
 	for _, b := range builds {
-		bj := rest.TemplateBuild{BuildID: b.ID, Status: rest.TemplateBuildStatus(b.Status), CpuCount: int32(b.CPUCount),
-			MemoryMB: int32(b.MemoryMB), CreatedAt: b.CreatedAt, UpdatedAt: b.UpdatedAt}
+		// A build requested without cpuCount or memoryMB makes sandboxes
+		// of the defaults, which it reports as GET /templates does.
+		bj := rest.TemplateBuild{BuildID: b.ID, Status: rest.TemplateBuildStatus(b.Status),
+			CpuCount: int32(orDefault(b.CPUCount, orchestrator.DefaultVCPUs)),
+			MemoryMB: int32(orDefault(b.MemoryMB, orchestrator.DefaultMemoryMiB)), CreatedAt: b.CreatedAt, UpdatedAt: b.UpdatedAt}
 		if b.Status == store.BuildReady || b.Status == store.BuildError {
 			fin := b.UpdatedAt
 			bj.FinishedAt = &fin

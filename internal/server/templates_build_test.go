@@ -244,6 +244,22 @@ func TestTemplateBuildFlow(t *testing.T) {
 	if again := h.requestBuild(h.key, "my-tpl"); again.TemplateID != ids.TemplateID || again.BuildID == ids.BuildID {
 		t.Fatalf("rebuild ids %+v vs %+v", again, ids)
 	}
+	// A build requested without cpuCount and memoryMB reports the
+	// defaults its sandboxes get (the console showed 0 and 0 MB).
+	if r := h.do("POST", "/v3/templates", `{"name":"my-tpl"}`); r.status != http.StatusAccepted {
+		t.Fatalf("request build without resources: %d %s", r.status, r.body)
+	}
+	var sized struct {
+		Builds []struct {
+			CPUCount int `json:"cpuCount"`
+			MemoryMB int `json:"memoryMB"`
+		} `json:"builds"`
+	}
+	h.do("GET", "/templates/"+ids.TemplateID, "").json(t, &sized)
+	if n := len(sized.Builds); n != 3 || sized.Builds[0].CPUCount != orchestrator.DefaultVCPUs ||
+		sized.Builds[0].MemoryMB != orchestrator.DefaultMemoryMiB || sized.Builds[n-1].CPUCount != 2 || sized.Builds[n-1].MemoryMB != 1024 {
+		t.Fatalf("builds' resources (newest first): %+v", sized.Builds)
+	}
 	if r := h.do("DELETE", "/templates/"+ids.TemplateID, ""); r.status != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", r.status, r.body)
 	}

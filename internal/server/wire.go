@@ -69,20 +69,22 @@ func toMetric(m orchestrator.Metric) rest.SandboxMetric {
 		MemCache: int64(m.MemCache), DiskUsed: int64(m.DiskUsed), DiskTotal: int64(m.DiskTotal)}
 }
 
+// orDefault is n, or def when n is not set (≤ 0).
+func orDefault(n, def int) int {
+	if n <= 0 {
+		return def
+	}
+	return n
+}
+
 func toTemplate(t store.Template) rest.Template {
 	out := rest.Template{TemplateID: t.ID, BuildID: t.BuildID, CpuCount: int32(t.CPUCount), MemoryMB: int32(t.MemoryMB),
 		DiskSizeMB: int32(t.DiskSizeMB), CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, LastSpawnedAt: t.LastSpawnedAt,
 		SpawnCount: int64(t.SpawnCount), BuildCount: 1, EnvdVersion: templateEnvd(t), Aliases: []string{t.Name},
 		Names: []string{t.Name}, BuildStatus: rest.TemplateBuildStatus(store.BuildReady)}
-	if out.CpuCount <= 0 {
-		out.CpuCount = orchestrator.DefaultVCPUs
-	}
-	if out.MemoryMB <= 0 {
-		out.MemoryMB = orchestrator.DefaultMemoryMiB
-	}
-	if out.DiskSizeMB <= 0 {
-		out.DiskSizeMB = orchestrator.DefaultDiskMiB
-	}
+	out.CpuCount = int32(orDefault(t.CPUCount, orchestrator.DefaultVCPUs))
+	out.MemoryMB = int32(orDefault(t.MemoryMB, orchestrator.DefaultMemoryMiB))
+	out.DiskSizeMB = int32(orDefault(t.DiskSizeMB, orchestrator.DefaultDiskMiB))
 	if out.BuildID == "" {
 		out.BuildID = "00000000-0000-0000-0000-000000000000"
 	}
