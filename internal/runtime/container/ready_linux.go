@@ -115,7 +115,14 @@ func (w *writeWatch) wait(ctx context.Context, d time.Duration) error {
 	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 		return fmt.Errorf("inotify: %w", err)
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// The read's deadline can pass a moment before ctx's own timer ends it.
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // Close releases the inotify instance.
