@@ -68,7 +68,10 @@ type Config struct {
 
 	EnvdPort     int           // envd's port inside the sandbox (default 49983; tests change it)
 	ReadyTimeout time.Duration // how long Create waits for envd (default 30 s)
-	HTTPClient   *http.Client  // for envd /health and /init
+	// MetricsEvery is how often Run reads every running sandbox's usage
+	// into the history Metrics answers from (default usage.CollectEvery).
+	MetricsEvery time.Duration
+	HTTPClient   *http.Client // for envd /health and /init
 
 	// NodeID names this server in the store's node registry (package
 	// cluster); every sandbox it creates records it.
@@ -151,6 +154,9 @@ func New(cfg Config) (*Orchestrator, error) {
 	}
 	if cfg.EnvdPort == 0 {
 		cfg.EnvdPort = DefaultEnvdPort
+	}
+	if cfg.MetricsEvery <= 0 {
+		cfg.MetricsEvery = usage.CollectEvery
 	}
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout

@@ -253,7 +253,7 @@ func TestPauseResumeConnect(t *testing.T) {
 		func() error { return o.SetTimeout(ctx, team, "inope", time.Minute) },
 		func() error { return o.Refresh(ctx, team, "inope", time.Minute) },
 		func() error { return o.Kill(ctx, team, "inope") },
-		func() error { _, err := o.Metrics(ctx, team, "inope"); return err },
+		func() error { _, err := o.Metrics(ctx, team, "inope", time.Time{}, time.Time{}); return err },
 		func() error { _, err := o.Get(ctx, team, "inope"); return err },
 	} {
 		if err := f(); !errors.Is(err, errdefs.ErrNotFound) {
@@ -370,7 +370,7 @@ func TestMetrics(t *testing.T) {
 	ctx := context.Background()
 	env := orchestratortest.New(t, orchestrator.Config{})
 	sb := create(t, env, orchestrator.CreateRequest{})
-	ms, err := env.Orch.Metrics(ctx, team, sb.ID)
+	ms, err := env.Orch.Metrics(ctx, team, sb.ID, time.Time{}, time.Time{})
 	if err != nil || len(ms) != 1 {
 		t.Fatalf("metrics %v %v", ms, err)
 	}
@@ -382,7 +382,7 @@ func TestMetrics(t *testing.T) {
 	// the sandbox's token.
 	secure := create(t, env, orchestrator.CreateRequest{Secure: true})
 	env.Runtime.SetEnvdDisk(5<<20, 100<<20)
-	ms, err = env.Orch.Metrics(ctx, team, secure.ID)
+	ms, err = env.Orch.Metrics(ctx, team, secure.ID, time.Time{}, time.Time{})
 	if err != nil || len(ms) != 1 || ms[0].DiskUsed != 5<<20 || ms[0].DiskTotal != 100<<20 {
 		t.Fatalf("metrics with envd disk figures: %+v %v", ms, err)
 	}
@@ -390,8 +390,75 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("envd /metrics got token %q, want the sandbox's", got)
 	}
 	_ = env.Orch.Pause(ctx, team, sb.ID)
-	if ms, err := env.Orch.Metrics(ctx, team, sb.ID); err != nil || len(ms) != 0 {
+	if ms, err := env.Orch.Metrics(ctx, team, sb.ID, time.Time{}, time.Time{}); err != nil || len(ms) != 0 {
 		t.Fatalf("paused metrics %v %v", ms, err)
+	}
+}
+
+// TestMetricsHistory: Run collects every running sandbox's readings, and
+// Metrics answers a time range from them, with one reading taken now while
+// the sandbox runs; a microVM's disk figures come from envd about once a
+// minute of collections, not at each.
+func TestMetricsHistory(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	env := orchestratortest.New(t, orchestrator.Config{MetricsEvery: 10 * time.Millisecond})
+	ran := make(chan struct{})
+	go func() { defer close(ran); env.Orch.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+	sb := create(t, env, orchestrator.CreateRequest{})
+	env.Runtime.SetEnvdDisk(5<<20, 100<<20)
+	secure := create(t, env, orchestrator.CreateRequest{Secure: true})
+	calls0 := env.Runtime.MetricsCalls()
+
+	var all []orchestrator.Metric
+	for deadline := time.Now().Add(10 * time.Second); len(all) < 30; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d readings after 10 s of collections every 10 ms", len(all))
+		}
+		var err error
+		if all, err = env.Orch.Metrics(ctx, team, sb.ID, time.Time{}, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, m := range all {
+		if i > 0 && !m.Time.After(all[i-1].Time) {
+			t.Fatalf("reading %d at %v, not after %v", i, m.Time, all[i-1].Time)
+		}
+		if m.CPUCount != 2 || m.MemTotal != 512<<20 || m.DiskTotal != 100<<20 { // the fake's disk comes from envd
+			t.Fatalf("reading %d: %+v", i, m)
+		}
+	}
+	// A range: only its readings, without one taken now when it ended before.
+	from, to := all[5].Time, all[9].Time
+	if got, err := env.Orch.Metrics(ctx, team, sb.ID, from, to); err != nil || len(got) != 5 ||
+		!got[0].Time.Equal(from) || !got[4].Time.Equal(to) {
+		t.Fatalf("metrics from %v to %v: %d readings, %v", from, to, len(got), err)
+	}
+	// Disk figures the runtime cannot see are envd's, asked far less
+	// often than readings are collected.
+	vm, err := env.Orch.Metrics(ctx, team, secure.ID, time.Time{}, time.Time{})
+	if err != nil || len(vm) < 20 {
+		t.Fatalf("microVM metrics: %d readings, %v", len(vm), err)
+	}
+	for _, m := range vm {
+		if m.DiskUsed != 5<<20 || m.DiskTotal != 100<<20 {
+			t.Fatalf("microVM reading with disk %d/%d, want envd's", m.DiskUsed, m.DiskTotal)
+		}
+	}
+	if calls, n := env.Runtime.MetricsCalls()-calls0, len(vm)+len(all); calls > n/4 {
+		t.Fatalf("envd's /metrics called %d times for %d readings", calls, n)
+	}
+	// Paused: what was collected, no reading taken now.
+	if err := env.Orch.Pause(ctx, team, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	paused, err := env.Orch.Metrics(ctx, team, sb.ID, time.Time{}, time.Time{})
+	if err != nil || len(paused) < len(all)-1 {
+		t.Fatalf("paused: %d readings (had %d), %v", len(paused), len(all), err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if again, _ := env.Orch.Metrics(ctx, team, sb.ID, time.Time{}, time.Time{}); len(again) != len(paused) {
+		t.Fatalf("readings of a paused sandbox grew from %d to %d", len(paused), len(again))
 	}
 }
 

@@ -11,7 +11,8 @@ import (
 // expireRetry is how soon a timeout whose kill failed is tried again.
 const expireRetry = 5 * time.Second
 
-// Run serves the sandboxes' timeouts and deaths until ctx ends: each
+// Run serves the sandboxes' timeouts and deaths, and collects their
+// metrics (metrics.go), until ctx ends: each
 // running sandbox has a timer for its end (kill, or pause when autoPause)
 // and a goroutine blocked in the runtime's Wait for its process, which
 // removes a sandbox that died on its own (a guest kernel panic, an
@@ -26,8 +27,11 @@ func (o *Orchestrator) Run(ctx context.Context) {
 	for _, e := range o.live.All() {
 		o.track(e)
 	}
+	collected := make(chan struct{})
+	go func() { defer close(collected); o.collect(ctx) }() // metrics.go
 	<-ctx.Done()
 	o.reaper.Stop()
+	<-collected
 }
 
 // track arms e's timeout timer and watches its process when it runs, and

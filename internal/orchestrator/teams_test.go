@@ -38,7 +38,7 @@ func TestTeamsIsolation(t *testing.T) {
 		{"connect", func(tm, id string) error { _, _, err := o.Connect(ctx, tm, id, time.Minute); return err }},
 		{"refresh", func(tm, id string) error { return o.Refresh(ctx, tm, id, time.Minute) }},
 		{"set timeout", func(tm, id string) error { return o.SetTimeout(ctx, tm, id, time.Minute) }},
-		{"metrics", func(tm, id string) error { _, err := o.Metrics(ctx, tm, id); return err }},
+		{"metrics", func(tm, id string) error { _, err := o.Metrics(ctx, tm, id, time.Time{}, time.Time{}); return err }},
 		{"snapshot", func(tm, id string) error { _, err := o.Snapshot(ctx, tm, id, ""); return err }},
 		{"fork", func(tm, id string) error { _, err := o.Fork(ctx, tm, id, 1, time.Minute); return err }},
 	}

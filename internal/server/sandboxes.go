@@ -243,15 +243,25 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, id string, requ
 
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request, id string) {
 	q := r.URL.Query()
-	for _, p := range []string{"start", "end"} {
+	var bounds [2]time.Time // start, end; zero: open
+	for i, p := range []string{"start", "end"} {
 		if v := q.Get(p); v != "" {
-			if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 || n > maxUnixSeconds {
 				s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalidArgument, "%s must be unix seconds", p))
 				return
 			}
+			bounds[i] = time.Unix(n, 0)
 		}
 	}
-	ms, err := s.orch.Metrics(r.Context(), team(r), id)
+	if !bounds[0].IsZero() && !bounds[1].IsZero() && bounds[1].Before(bounds[0]) {
+		s.fail(w, r, errdefs.Publicf(errdefs.ErrInvalidArgument, "end is before start"))
+		return
+	}
+	if !bounds[1].IsZero() {
+		bounds[1] = bounds[1].Add(time.Second - time.Nanosecond) // the whole second
+	}
+	ms, err := s.orch.Metrics(r.Context(), team(r), id, bounds[0], bounds[1])
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -264,3 +274,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 func seconds(n int32) time.Duration { return time.Duration(n) * time.Second }
+
+// maxUnixSeconds bounds a time in unix seconds from a query (year 9999),
+// well inside time.Time's range.
+const maxUnixSeconds = 253402300799

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -320,7 +321,15 @@ func TestLifecycleEndpoints(t *testing.T) {
 	if r := h.do("POST", p+"/resume", `{"timeout":30}`); r.status != 201 {
 		t.Fatalf("resume %d %s", r.status, r.body)
 	}
-	r := h.do("GET", p+"/metrics?start=1&end=2", "")
+	// A range that ends before the sandbox existed has no readings; one
+	// open at its end has the one taken now; bounds are checked.
+	if r := h.do("GET", p+"/metrics?start=1&end=2", ""); r.status != 200 || strings.TrimSpace(string(r.body)) != "[]" {
+		t.Fatalf("metrics of 1970: %d %s", r.status, r.body)
+	}
+	for _, q := range []string{"start=x", "end=-1", "start=99999999999999", "start=20&end=10"} {
+		h.do("GET", p+"/metrics?"+q, "").errBody(t, 400)
+	}
+	r := h.do("GET", p+"/metrics?start="+strconv.FormatInt(time.Now().Add(-time.Minute).Unix(), 10), "")
 	var ms []map[string]any
 	r.json(t, &ms)
 	if r.status != 200 || len(ms) != 1 {

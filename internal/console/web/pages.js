@@ -81,9 +81,11 @@ export function sandbox(main, id) {
       const s = await api(`/sandboxes/${enc(id)}`)
       info.textContent = `template ${s.alias || s.templateID} · ${s.state} · started ${when(s.startedAt)} · ends ${when(s.endAt)} · ${s.cpuCount} CPU · ${s.memoryMB} MB`
       netEl.textContent = networkText(s)
-      // Moat answers the current sample only: the chart keeps the history.
-      for (const m of (await api(`/sandboxes/${enc(id)}/metrics`)) || []) {
-        if (!history.length || history.at(-1).timestamp !== m.timestamp) history.push(m)
+      // The server keeps a reading every 5 s: the first load draws the last
+      // five minutes, later ones add what is newer than the chart's last.
+      const since = Math.floor(Date.now() / 1000) - 300
+      for (const m of (await api(`/sandboxes/${enc(id)}/metrics?start=${since}`)) || []) {
+        if (!history.length || Date.parse(m.timestamp) > Date.parse(history.at(-1).timestamp)) history.push(m)
       }
       history.splice(0, Math.max(0, history.length - 60))
       drawChart(chart, history)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
+	"github.com/moatsh/moat/internal/orchestrator/usage"
 	"github.com/moatsh/moat/internal/store"
 )
 
@@ -28,6 +29,8 @@ type Entry struct {
 	gone    bool
 	lastCPU uint64
 	lastAt  time.Time
+
+	history usage.History // its own lock
 }
 
 // Table is safe for concurrent use.
@@ -224,6 +227,9 @@ func (t *Table) OnRemove(fn func(id string)) {
 	defer t.mu.Unlock()
 	t.onRemove = append(t.onRemove, fn)
 }
+
+// History is e's resource readings, kept for the metrics API's ranges.
+func (t *Table) History(e *Entry) *usage.History { return &e.history }
 
 // LastCPU is e's CPU time at the previous metrics reading, and its time.
 func (t *Table) LastCPU(e *Entry) (uint64, time.Time) {

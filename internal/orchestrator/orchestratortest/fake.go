@@ -65,6 +65,7 @@ type Runtime struct {
 	initCode  int
 	disk      [2]uint64 // used, total served by /metrics; zero: 404
 	diskToken string    // X-Access-Token of the last /metrics call
+	diskCalls int       // /metrics calls so far
 	egress    map[string]netpolicy.Egress
 	egressN   map[string]int
 	ends      map[string]chan struct{} // closed when the sandbox's "process" ends; guarded by mu
@@ -166,6 +167,7 @@ func NewRuntime(t testing.TB) *Runtime {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.diskToken = req.Header.Get("X-Access-Token")
+		r.diskCalls++
 		if r.disk[1] == 0 {
 			http.NotFound(w, req)
 			return
@@ -192,6 +194,13 @@ func (r *Runtime) MetricsToken() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.diskToken
+}
+
+// MetricsCalls is how many times envd's /metrics was called.
+func (r *Runtime) MetricsCalls() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.diskCalls
 }
 
 // SetHealthy makes /health answer 204 (true) or 503 (false); while false,

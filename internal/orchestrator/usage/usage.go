@@ -41,8 +41,10 @@ type Reader struct {
 // Read takes a reading of sb, which runs at addr. CPU percentage is
 // measured against the previous reading (prevCPU ns at prevAt), or over a
 // short window when there is none within a minute. cpu and at are this
-// reading's, for the next.
-func (r Reader) Read(ctx context.Context, sb store.Sandbox, addr netip.Addr, prevCPU uint64, prevAt time.Time) (_ Metric, cpu uint64, at time.Time, _ error) {
+// reading's, for the next. Disk figures the runtime cannot see come from
+// last when it is not nil, else from envd.
+func (r Reader) Read(ctx context.Context, sb store.Sandbox, addr netip.Addr, prevCPU uint64, prevAt time.Time,
+	last *Metric) (_ Metric, cpu uint64, at time.Time, _ error) {
 	st, err := r.Stats(ctx, sb.ID)
 	if err != nil {
 		return Metric{}, 0, time.Time{}, fmt.Errorf("metrics of sandbox %s: %w", sb.ID, err)
@@ -58,9 +60,37 @@ func (r Reader) Read(ctx context.Context, sb store.Sandbox, addr netip.Addr, pre
 			return Metric{}, 0, time.Time{}, fmt.Errorf("metrics of sandbox %s: %w", sb.ID, err)
 		}
 	}
+	return r.metric(ctx, sb, addr, st, prevCPU, prevAt, last), st.CPUUsageNs, st.Time, nil
+}
+
+// Collect is Read for the orchestrator's collector, which reads every
+// running sandbox each CollectEvery: it never waits for a second reading
+// (without a previous one within a minute it only returns cpu and at:
+// ok is false). Its caller passes a last reading most of the time: envd
+// answers in the guest, whose CPU a microVM under TCG should not spend
+// every few seconds on this.
+func (r Reader) Collect(ctx context.Context, sb store.Sandbox, addr netip.Addr, prevCPU uint64, prevAt time.Time,
+	last *Metric) (_ Metric, cpu uint64, at time.Time, ok bool, _ error) {
+	st, err := r.Stats(ctx, sb.ID)
+	if err != nil {
+		return Metric{}, 0, time.Time{}, false, fmt.Errorf("metrics of sandbox %s: %w", sb.ID, err)
+	}
+	if prevAt.IsZero() || st.Time.Sub(prevAt) > time.Minute || !st.Time.After(prevAt) {
+		return Metric{}, st.CPUUsageNs, st.Time, false, nil
+	}
+	return r.metric(ctx, sb, addr, st, prevCPU, prevAt, last), st.CPUUsageNs, st.Time, true, nil
+}
+
+// metric makes the reading of st against the previous CPU reading; the
+// disk figures come from the runtime, else from last, else from envd.
+func (r Reader) metric(ctx context.Context, sb store.Sandbox, addr netip.Addr, st runtime.Stats, prevCPU uint64, prevAt time.Time, last *Metric) Metric {
 	m := Metric{Time: st.Time.UTC(), CPUCount: sb.CPUCount, MemUsed: st.MemoryBytes,
 		MemTotal: st.MemoryLimit, DiskUsed: st.DiskUsed, DiskTotal: st.DiskTotal}
-	if m.DiskTotal == 0 { // the backend cannot see inside (a VM's disk): ask envd
+	switch {
+	case m.DiskTotal != 0:
+	case last != nil && last.DiskTotal != 0:
+		m.DiskUsed, m.DiskTotal = last.DiskUsed, last.DiskTotal
+	default: // the backend cannot see inside (a VM's disk): ask envd
 		if used, total, err := r.Disk(ctx, addr, sb.EnvdAccessToken); err == nil {
 			m.DiskUsed, m.DiskTotal = used, total
 		} else {
@@ -75,5 +105,5 @@ func (r Reader) Read(ctx context.Context, sb store.Sandbox, addr netip.Addr, pre
 		pct := float64(st.CPUUsageNs-prevCPU) / float64(wall.Nanoseconds()) / float64(sb.CPUCount) * 100
 		m.CPUUsedPct = min(pct, 100)
 	}
-	return m, st.CPUUsageNs, st.Time, nil
+	return m
 }

@@ -97,7 +97,7 @@ func TestRead(t *testing.T) {
 					return 0, 0, nil
 				}
 			}
-			m, cpu, at, err := r.Read(context.Background(), sb, addr, tc.prevCPU, tc.prevAt)
+			m, cpu, at, err := r.Read(context.Background(), sb, addr, tc.prevCPU, tc.prevAt, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,9 +129,52 @@ func TestReadErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Reader{Stats: tc.stats, Log: slog.New(slog.DiscardHandler)}
-			if _, _, _, err := r.Read(tc.ctx, sb, netip.Addr{}, 0, tc.prevAt); !errors.Is(err, tc.want) {
+			if _, _, _, err := r.Read(tc.ctx, sb, netip.Addr{}, 0, tc.prevAt, nil); !errors.Is(err, tc.want) {
 				t.Fatalf("err %v, want %v", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestCollect(t *testing.T) {
+	now := time.Now()
+	sb := store.Sandbox{ID: "s1", CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024, EnvdAccessToken: "tok"}
+	addr := netip.MustParseAddr("10.11.0.2")
+	asked := 0
+	r := Reader{Log: slog.New(slog.DiscardHandler),
+		Disk: func(context.Context, netip.Addr, string) (uint64, uint64, error) {
+			asked++
+			return 3 << 20, 8 << 20, nil
+		}}
+	stats := func(st runtime.Stats) {
+		r.Stats = func(context.Context, string) (runtime.Stats, error) { return st, nil }
+	}
+	ctx := context.Background()
+
+	// No previous reading: only the CPU time, no wait and no metric.
+	stats(runtime.Stats{Time: now, CPUUsageNs: 1e9})
+	if _, cpu, at, ok, err := r.Collect(ctx, sb, addr, 0, time.Time{}, nil); err != nil || ok || cpu != 1e9 || !at.Equal(now) {
+		t.Fatalf("first collect: cpu %v at %v ok %v err %v", cpu, at, ok, err)
+	}
+	// A microVM (no disk from the runtime): envd is asked without a last reading...
+	stats(runtime.Stats{Time: now.Add(CollectEvery), CPUUsageNs: 6e9, MemoryBytes: 100, MemoryLimit: 200})
+	m, _, _, ok, err := r.Collect(ctx, sb, addr, 1e9, now, nil)
+	if err != nil || !ok || m.CPUUsedPct != 50 || m.DiskUsed != 3<<20 || m.DiskTotal != 8<<20 || asked != 1 {
+		t.Fatalf("collect: %+v ok %v err %v (envd asked %d times)", m, ok, err, asked)
+	}
+	// ...and not with one: its disk figures are kept.
+	last := Metric{DiskUsed: 1, DiskTotal: 2}
+	if m, _, _, _, _ := r.Collect(ctx, sb, addr, 1e9, now, &last); m.DiskUsed != 1 || m.DiskTotal != 2 || asked != 1 {
+		t.Fatalf("collect with a last reading: %+v (envd asked %d times)", m, asked)
+	}
+	// A previous reading over a minute old, or not before this one, is no base.
+	for _, prev := range []time.Time{now.Add(-2 * time.Minute), now.Add(CollectEvery)} {
+		if _, _, _, ok, _ := r.Collect(ctx, sb, addr, 1e9, prev, &last); ok {
+			t.Fatalf("collect against a reading at %v made a metric", prev)
+		}
+	}
+	r.Stats = func(context.Context, string) (runtime.Stats, error) { return runtime.Stats{}, errdefs.ErrNotFound }
+	if _, _, _, _, err := r.Collect(ctx, sb, addr, 0, time.Time{}, nil); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("collect of a gone sandbox: %v", err)
 	}
 }
