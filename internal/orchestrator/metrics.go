@@ -28,12 +28,8 @@ func (o *Orchestrator) Metrics(ctx context.Context, team, id string, start, end 
 	if sb.State != store.StateRunning || (!end.IsZero() && end.Before(now.Add(-o.cfg.MetricsEvery))) {
 		return out, nil
 	}
-	var last *Metric // the collector's disk figures, when under a minute old
-	if l, ok := hist.Last(); ok && now.Sub(l.Time) < time.Minute {
-		last = &l
-	}
 	prevCPU, prevAt := o.live.LastCPU(e)
-	m, cpu, at, err := o.usage.Read(ctx, sb, addr, prevCPU, prevAt, last)
+	m, cpu, at, err := o.usage.Read(ctx, sb, addr, prevCPU, prevAt, nil) // the disk as it is now, from envd if need be
 	if err != nil {
 		return nil, err
 	}

@@ -179,11 +179,13 @@ test('connect to a running sandbox returns a usable handle', { timeout: 120_000 
 
 // getMetrics through the SDK: CPU, memory and disk. A container's disk
 // figures come from its own disk (its quota), a microVM's from envd inside.
+// The server keeps a reading every 5 s: a range answers those in it, the
+// newest last, with one taken now when the range reaches now.
 test('getMetrics reports CPU, memory and disk use', { timeout: 120_000 }, async (t) => {
   const sbx = await createSandbox(t)
   const first = await within(30_000, 'getMetrics', () => sbx.getMetrics())
-  assert.equal(first.length, 1, JSON.stringify(first))
-  const m = first[0]
+  assert.ok(first.length >= 1, JSON.stringify(first))
+  const m = first.at(-1)
   assert.ok(m.cpuCount >= 1 && m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100, JSON.stringify(m))
   assert.ok(m.memUsed > 0 && m.memTotal > 0, JSON.stringify(m))
   assert.ok(m.diskTotal > 0 && m.diskUsed > 0, JSON.stringify(m))
@@ -191,7 +193,23 @@ test('getMetrics reports CPU, memory and disk use', { timeout: 120_000 }, async 
     assert.ok(m.diskTotal <= 2048 * 2 ** 20 && m.diskTotal > 1900 * 2 ** 20, `diskTotal ${m.diskTotal}`)
   }
   await within(60_000, 'write 64 MiB', () => sbx.commands.run('dd if=/dev/zero of=/home/user/m bs=1M count=64 conv=fsync'))
-  const [after] = await within(30_000, 'getMetrics', () => sbx.getMetrics())
+  const after = (await within(30_000, 'getMetrics', () => sbx.getMetrics())).at(-1)
   assert.ok(after.diskUsed >= m.diskUsed + 60 * 2 ** 20, `diskUsed ${m.diskUsed} → ${after.diskUsed}`)
+
+  const created = Date.now()
+  // The first collection after the create only notes the CPU time; the
+  // next ones each keep a reading.
+  await new Promise((resolve) => setTimeout(resolve, 16_000))
+  const all = await within(30_000, 'getMetrics (all)', () => sbx.getMetrics())
+  assert.ok(all.length >= 3, `${all.length} readings after 16 s: ${JSON.stringify(all)}`)
+  for (let i = 1; i < all.length; i++) {
+    assert.ok(all[i].timestamp > all[i - 1].timestamp, `readings out of order: ${JSON.stringify(all)}`)
+  }
+  const past = await within(30_000, 'getMetrics (past range)', () =>
+    sbx.getMetrics({ start: new Date(created - 3_600_000), end: new Date(created - 1_800_000) }))
+  assert.deepEqual(past, [], 'no readings from before the sandbox existed')
+  const recent = await within(30_000, 'getMetrics (recent)', () => sbx.getMetrics({ start: new Date(created) }))
+  assert.ok(recent.length >= 1 && recent.length <= all.length, `${recent.length} recent of ${all.length}`)
+  assert.ok(recent.every((r) => r.timestamp.getTime() >= Math.floor(created / 1000) * 1000), JSON.stringify(recent))
   await killQuietly(sbx.sandboxId)
 })
