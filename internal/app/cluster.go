@@ -96,6 +96,17 @@ func startCluster(ctx context.Context, cfg Config, db *store.DB, rts []runtime.R
 					log.WarnContext(ctx, "cluster: killing sandboxes reported gone", "err", err)
 				}
 			}
+		},
+		Warm: func() []string { // the templates of this node's ready warm members, for placement
+			var ids []string
+			if o := orch.Load(); o != nil {
+				for _, p := range o.Pools() {
+					if p.Ready > 0 {
+						ids = append(ids, p.TemplateIDs...)
+					}
+				}
+			}
+			return ids
 		}}
 	if err := reg.Register(ctx); err != nil {
 		stop()

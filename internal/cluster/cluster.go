@@ -27,6 +27,7 @@ import (
 type Store interface {
 	RegisterNode(ctx context.Context, n store.Node) error
 	RenewNodeLease(ctx context.Context, id string, until time.Time) error
+	SetNodeWarm(ctx context.Context, id string, warm []string) error
 	ListNodes(ctx context.Context) ([]store.Node, error)
 	MarkLostNodes(ctx context.Context, now time.Time) ([]string, error)
 }
@@ -50,6 +51,12 @@ type Registrar struct {
 	// (its sandboxes were reported gone meanwhile), before it registers
 	// again: the node reconciles there.
 	Lost func(ctx context.Context)
+	// Warm, when set, lists the templates the node has a ready warm pool
+	// member of; each tick writes it to the registry when it changed, so
+	// that placement can send creates of those templates here.
+	Warm func() []string
+
+	saidWarm []string // what the registry holds (Run's goroutine only)
 }
 
 // Register registers the node once, now.
@@ -61,10 +68,32 @@ func (r *Registrar) Register(ctx context.Context) error {
 		r.Node.StartedAt = n.StartedAt
 	}
 	n.LeaseUntil = r.Now().Add(r.Lease).UTC()
+	if r.Warm != nil {
+		n.Warm = r.Warm()
+		slices.Sort(n.Warm)
+	}
 	if err := r.Store.RegisterNode(ctx, n); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
+	r.saidWarm = n.Warm
 	return nil
+}
+
+// sayWarm writes the node's warm templates when they changed.
+func (r *Registrar) sayWarm(ctx context.Context) {
+	if r.Warm == nil {
+		return
+	}
+	warm := r.Warm()
+	slices.Sort(warm)
+	if slices.Equal(warm, r.saidWarm) {
+		return
+	}
+	if err := r.Store.SetNodeWarm(ctx, r.Node.ID, warm); err != nil {
+		r.Log.WarnContext(ctx, "cluster: warm templates not recorded; retrying", "node", r.Node.ID, "err", err)
+		return
+	}
+	r.saidWarm = warm
 }
 
 // Run renews the lease every r.Every until ctx ends (registering first,
@@ -104,6 +133,7 @@ func (r *Registrar) tick(ctx context.Context, registered bool) bool {
 	err := r.Store.RenewNodeLease(ctx, r.Node.ID, r.Now().Add(r.Lease).UTC())
 	switch {
 	case err == nil:
+		r.sayWarm(ctx)
 		return true
 	case errors.Is(err, errdefs.ErrFailedPrecondition), errdefs.IsNotFound(err):
 		r.Log.WarnContext(ctx, "cluster: this node was declared lost; reconciling and registering again", "node", r.Node.ID, "err", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -138,5 +139,41 @@ func TestLeases(t *testing.T) {
 	aOK = a.tick(ctx, aOK)
 	if reconciled != 1 || !aOK {
 		t.Fatalf("reconciled %d, registered %v; want 1, true", reconciled, aOK)
+	}
+}
+
+// TestRegistrarWarm: the registrar writes the node's warm templates at
+// registration and at the ticks where they changed, sorted, and placement
+// sees them in the loads.
+func TestRegistrarWarm(t *testing.T) {
+	ctx := context.Background()
+	db := openStore(t)
+	warm := []string{"t2", "t1"}
+	r := &Registrar{Store: db, Node: store.Node{ID: "a", Runtimes: []string{"container"}}, Warm: func() []string { return slices.Clone(warm) }}
+	if err := r.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	said := func() []string {
+		n, err := db.GetNode(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Warm
+	}
+	if got := said(); !slices.Equal(got, []string{"t1", "t2"}) {
+		t.Fatalf("registered warm %v", got)
+	}
+	for _, step := range [][]string{{"t1"}, nil, {"t3"}} {
+		warm = step
+		if !r.tick(ctx, true) {
+			t.Fatal("tick: not registered")
+		}
+		if got := said(); !slices.Equal(got, step) && (len(got) != 0 || len(step) != 0) {
+			t.Fatalf("warm %v recorded as %v", step, got)
+		}
+	}
+	loads, err := db.NodeLoads(ctx)
+	if err != nil || len(loads) != 1 || !slices.Equal(loads[0].Warm, []string{"t3"}) {
+		t.Fatalf("loads %+v, %v", loads, err)
 	}
 }

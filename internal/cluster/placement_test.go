@@ -127,6 +127,37 @@ func TestRankPrefers(t *testing.T) {
 	}
 }
 
+// TestRankWarm: a node with a ready warm member of the create's template
+// comes first whenever it has room, before the template's holders.
+func TestRankWarm(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	p := Placement{Now: func() time.Time { return now }}
+	node := func(id string, reserved int, warm ...string) store.NodeLoad {
+		return store.NodeLoad{Node: store.Node{ID: id, MemoryMB: 1024, Runtimes: []string{"container"}, LeaseUntil: now.Add(time.Hour),
+			Warm: warm}, ReservedMB: reserved}
+	}
+	for _, tc := range []struct {
+		name  string
+		loads []store.NodeLoad
+		need  Need
+		want  string
+	}{
+		{"the warm node, much fuller", []store.NodeLoad{node("a", 0), node("b", 3000, "tpl")}, Need{MemoryMB: 512, Template: "tpl"}, "b,a"},
+		{"warm for another template", []store.NodeLoad{node("a", 0), node("b", 1024, "other")}, Need{MemoryMB: 512, Template: "tpl"}, "a,b"},
+		{"the warm node has no room", []store.NodeLoad{node("a", 0), node("b", 4000, "tpl")}, Need{MemoryMB: 512, Template: "tpl"}, "a"},
+		{"warm before a holder", []store.NodeLoad{node("a", 0), node("h", 0), node("w", 512, "tpl")},
+			Need{MemoryMB: 512, Template: "tpl", Prefer: []string{"h"}}, "w,a,h"},
+		{"the best of two warm nodes", []store.NodeLoad{node("a", 0), node("w1", 2048, "tpl"), node("w2", 1024, "tpl")},
+			Need{MemoryMB: 512, Template: "tpl"}, "w2,a,w1"},
+		{"no template: no preference", []store.NodeLoad{node("a", 0), node("b", 1024, "tpl")}, Need{MemoryMB: 512}, "a,b"},
+	} {
+		got, err := p.Rank(tc.loads, tc.need)
+		if err != nil || strings.Join(got, ",") != tc.want {
+			t.Errorf("%s: %v, %v; want %s", tc.name, got, err, tc.want)
+		}
+	}
+}
+
 // BenchmarkCandidates: a create's candidate order with 500 nodes by
 // repeated Picks (O(N²), as the front door's candidates computed it) and
 // by Rank.

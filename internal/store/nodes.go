@@ -26,9 +26,12 @@ type Node struct {
 	StartedAt  time.Time
 	LeaseUntil time.Time
 	Lost       bool
+	// Warm are the templates it has a ready warm pool member of, as it
+	// last said (SetNodeWarm; a lease renewal apart at most).
+	Warm []string
 }
 
-const nodeCols = `id, addr, runtimes, memory_mb, cpus, version, started_at, lease_until, lost`
+const nodeCols = `id, addr, runtimes, memory_mb, cpus, version, started_at, lease_until, lost, warm`
 
 // RegisterNode inserts n, or replaces the node with n.ID (also one marked
 // lost: it is alive again); errdefs.ErrInvalidArgument without an ID or a
@@ -41,11 +44,15 @@ func (d *DB) RegisterNode(ctx context.Context, n Node) error {
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", n.ID, err)
 	}
-	_, err = d.w.ExecContext(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)
+	warm, err := json.Marshal(nonNilStrings(n.Warm))
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", n.ID, err)
+	}
+	_, err = d.w.ExecContext(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)
 		ON CONFLICT (id) DO UPDATE SET addr = excluded.addr, runtimes = excluded.runtimes,
 		memory_mb = excluded.memory_mb, cpus = excluded.cpus, version = excluded.version,
-		started_at = excluded.started_at, lease_until = excluded.lease_until, lost = 0`,
-		n.ID, n.Addr, string(rts), n.MemoryMB, n.CPUs, n.Version, toUnix(n.StartedAt), toUnix(n.LeaseUntil))
+		started_at = excluded.started_at, lease_until = excluded.lease_until, lost = 0, warm = excluded.warm`,
+		n.ID, n.Addr, string(rts), n.MemoryMB, n.CPUs, n.Version, toUnix(n.StartedAt), toUnix(n.LeaseUntil), string(warm))
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", n.ID, err)
 	}
@@ -69,6 +76,23 @@ func (d *DB) RenewNodeLease(ctx context.Context, id string, until time.Time) err
 		return err
 	}
 	return fmt.Errorf("renew lease of node %s: the node was declared lost; it must register again: %w", id, errdefs.ErrFailedPrecondition)
+}
+
+// SetNodeWarm records the templates node id has a ready warm member of;
+// errdefs.ErrNotFound for an unknown node.
+func (d *DB) SetNodeWarm(ctx context.Context, id string, warm []string) error {
+	b, err := json.Marshal(nonNilStrings(warm))
+	if err != nil {
+		return fmt.Errorf("warm templates of node %s: %w", id, err)
+	}
+	res, err := d.w.ExecContext(ctx, `UPDATE nodes SET warm = ? WHERE id = ?`, string(b), id)
+	if err != nil {
+		return fmt.Errorf("warm templates of node %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("warm templates of node %s: %w", id, errdefs.ErrNotFound)
+	}
+	return nil
 }
 
 // GetNode returns node id; errdefs.ErrNotFound if none.
@@ -108,15 +132,18 @@ func (d *DB) DeleteNode(ctx context.Context, id string) error {
 
 func scanNode(sc scanner) (Node, error) {
 	var n Node
-	var rts string
+	var rts, warm string
 	var started, lease int64
 	var lost int
-	if err := sc.Scan(&n.ID, &n.Addr, &rts, &n.MemoryMB, &n.CPUs, &n.Version, &started, &lease, &lost); err != nil {
+	if err := sc.Scan(&n.ID, &n.Addr, &rts, &n.MemoryMB, &n.CPUs, &n.Version, &started, &lease, &lost, &warm); err != nil {
 		return n, err
 	}
 	n.StartedAt, n.LeaseUntil, n.Lost = fromUnix(started), fromUnix(lease), lost != 0
 	if err := json.Unmarshal([]byte(rts), &n.Runtimes); err != nil {
 		return n, fmt.Errorf("node %s runtimes: %w", n.ID, err)
+	}
+	if err := json.Unmarshal([]byte(warm), &n.Warm); err != nil {
+		return n, fmt.Errorf("node %s warm templates: %w", n.ID, err)
 	}
 	return n, nil
 }
@@ -180,7 +207,7 @@ func nodeLoads(ctx context.Context, q querier) ([]NodeLoad, error) {
 	// node_loads is kept by triggers on sandboxes (migration 0014): one
 	// row per node, however many sandboxes there are.
 	rows, err := q.QueryContext(ctx, `SELECT n.id, n.addr, n.runtimes, n.memory_mb, n.cpus, n.version, n.started_at,
-		n.lease_until, n.lost, COALESCE(l.reserved_mb, 0), COALESCE(l.sandboxes, 0)
+		n.lease_until, n.lost, n.warm, COALESCE(l.reserved_mb, 0), COALESCE(l.sandboxes, 0)
 		FROM nodes n LEFT JOIN node_loads l ON l.node_id = n.id ORDER BY n.id`)
 	if err != nil {
 		return nil, fmt.Errorf("node loads: %w", err)

@@ -48,6 +48,22 @@ func nodes(t *testing.T, d Store) {
 	if err := d.RenewNodeLease(ctx, "nope", t0); !errdefs.IsNotFound(err) {
 		t.Fatalf("renew unknown: %v", err)
 	}
+	// Its warm templates: none at first, then what it says, in loads too.
+	if got, _ := d.GetNode(ctx, "n1"); len(got.Warm) != 0 {
+		t.Fatalf("warm templates of a new node: %v", got.Warm)
+	}
+	if err := d.SetNodeWarm(ctx, "n1", []string{"tpl-a", "tpl-b"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := d.GetNode(ctx, "n1"); !equal(got.Warm, []string{"tpl-a", "tpl-b"}) {
+		t.Fatalf("warm templates: %v", got.Warm)
+	}
+	if loads, err := d.NodeLoads(ctx); err != nil || len(loads) != 2 || !equal(loads[0].Warm, []string{"tpl-a", "tpl-b"}) || len(loads[1].Warm) != 0 {
+		t.Fatalf("loads' warm templates: %+v, %v", loads, err)
+	}
+	if err := d.SetNodeWarm(ctx, "nope", nil); !errdefs.IsNotFound(err) {
+		t.Fatalf("warm templates of an unknown node: %v", err)
+	}
 	// n2's lease ends first: lost once, and its renewal is refused.
 	lost, err := d.MarkLostNodes(ctx, t0.Add(6*time.Second))
 	if err != nil || !equal(lost, []string{"n2"}) {

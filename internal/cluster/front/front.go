@@ -383,7 +383,7 @@ func (f *Front) need(ctx context.Context, r *http.Request, body []byte) (cluster
 	need := cluster.Need{Runtime: req.Metadata["moat.runtime"]}
 	if req.TemplateID != "" {
 		if t, err := f.c.Store.GetTemplate(ctx, req.TemplateID); err == nil {
-			need.MemoryMB = t.MemoryMB
+			need.MemoryMB, need.Template = t.MemoryMB, t.ID
 			if t.NodeID != "" { // built on a node: prefer those that hold it
 				held, _ := f.c.Store.TemplateHolders(ctx, t.ID, t.Digest)
 				need.Prefer = append(held, t.NodeID)

@@ -23,6 +23,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -45,6 +46,9 @@ type Status struct {
 	Size     int
 	Ready    int
 	IDs      []string
+	// TemplateIDs are the store IDs of the templates its ready members
+	// were made from (one, but for a template rebuilt meanwhile).
+	TemplateIDs []string
 }
 
 // Member is one warm sandbox.
@@ -152,6 +156,9 @@ func (ps *Pools) Status() []Status {
 		st := Status{Template: p.spec.Template, Size: p.spec.Size, Ready: len(p.ready)}
 		for _, m := range p.ready {
 			st.IDs = append(st.IDs, m.Spec.ID)
+			if !slices.Contains(st.TemplateIDs, m.TemplateID) {
+				st.TemplateIDs = append(st.TemplateIDs, m.TemplateID)
+			}
 		}
 		p.mu.Unlock()
 		sort.Strings(st.IDs)
