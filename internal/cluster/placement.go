@@ -24,10 +24,18 @@ type Need struct {
 	// while one that has it is about as free.
 	Prefer []string
 	// Template is the create's template ID: a node with a ready warm pool
-	// member of it (store.Node.Warm) comes first whenever it has room, as
-	// a warm create hands out a running sandbox instead of making one.
+	// member of it (store.Node.Warm) comes first while it has at most
+	// warmSlack sandboxes' memory less room than the best node, as a warm
+	// create hands out a running sandbox instead of making one.
 	Template string
 }
+
+// warmSlack bounds how much fuller than the best node a warm node may be
+// and still come first. The registry's warm list is up to a lease renewal
+// old, and a pool refills after each hand-out: without a bound, a node
+// with a pool of one would take every create of its template. With it, a
+// warm node takes a few more than its share, then the others take turns.
+const warmSlack = 4
 
 // Placement chooses a node for each sandbox (store.PlaceSandbox calls
 // Pick inside its transaction, so the loads it sees are current).
@@ -63,8 +71,8 @@ func (p Placement) Pick(loads []store.NodeLoad, need Need) (string, error) {
 
 // Rank returns every node Pick could choose for need, best first: the
 // order repeated Picks give (but for the best node warm for need.Template,
-// moved first, else the best of need.Prefer, moved first when it is about
-// as free as the best) when each chosen node is taken out of loads
+// moved first unless it is much fuller than the best, else the best of
+// need.Prefer, moved first when it is about as free as the best) when each chosen node is taken out of loads
 // (the front door's candidates, a create's next node when one refuses),
 // in one sort instead of a Pick per node, which costs O(N²) a create
 // (moat bench --cluster: with 500 nodes most of the API server's CPU).
@@ -95,7 +103,7 @@ func (p Placement) Rank(loads []store.NodeLoad, need Need) ([]string, error) {
 		copy(cs[1:i+1], cs[:i])
 		cs[0] = c
 	}
-	if i := slices.IndexFunc(cs, func(c cand) bool { return c.warm }); i >= 0 {
+	if i := slices.IndexFunc(cs, func(c cand) bool { return c.warm }); i >= 0 && cs[i].free >= cs[0].free-warmSlack*need.MemoryMB {
 		first(i)
 	} else if i := slices.IndexFunc(cs, func(c cand) bool { return slices.Contains(need.Prefer, c.id) }); i > 0 && cs[i].free >= cs[0].free-need.MemoryMB {
 		first(i)

@@ -128,7 +128,8 @@ func TestRankPrefers(t *testing.T) {
 }
 
 // TestRankWarm: a node with a ready warm member of the create's template
-// comes first whenever it has room, before the template's holders.
+// comes first while it is at most warmSlack sandboxes fuller than the
+// best, before the template's holders.
 func TestRankWarm(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	p := Placement{Now: func() time.Time { return now }}
@@ -142,7 +143,8 @@ func TestRankWarm(t *testing.T) {
 		need  Need
 		want  string
 	}{
-		{"the warm node, much fuller", []store.NodeLoad{node("a", 0), node("b", 3000, "tpl")}, Need{MemoryMB: 512, Template: "tpl"}, "b,a"},
+		{"the warm node, four sandboxes fuller", []store.NodeLoad{node("a", 0), node("b", 2048, "tpl")}, Need{MemoryMB: 512, Template: "tpl"}, "b,a"},
+		{"the warm node, five sandboxes fuller", []store.NodeLoad{node("a", 0), node("b", 2560, "tpl")}, Need{MemoryMB: 512, Template: "tpl"}, "a,b"},
 		{"warm for another template", []store.NodeLoad{node("a", 0), node("b", 1024, "other")}, Need{MemoryMB: 512, Template: "tpl"}, "a,b"},
 		{"the warm node has no room", []store.NodeLoad{node("a", 0), node("b", 4000, "tpl")}, Need{MemoryMB: 512, Template: "tpl"}, "a"},
 		{"warm before a holder", []store.NodeLoad{node("a", 0), node("h", 0), node("w", 512, "tpl")},
