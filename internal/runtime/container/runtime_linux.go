@@ -176,6 +176,9 @@ func New(ctx context.Context, cfg runtime.Config, opts ...Option) (*Runtime, err
 		oc.Root = filepath.Join("/run/moat", oc.Name)
 		r.others = o.flavor.others(oc)
 	}
+	if err := oc.EnableLean(filepath.Join(cfg.DataDir, o.flavor.subdir)); err != nil { // oci/lean_linux.go
+		log.WarnContext(ctx, "containers are created in a copy of the host's mount namespace, every sandbox's mounts included", "err", err)
+	}
 	r.oci = oc
 	r.net = o.net
 	r.ownNet = o.net != nil || cfg.Network == nil

@@ -31,6 +31,7 @@ type CLI struct {
 	// cgroup2 mount (RunCmd): crun refuses hybrid hosts otherwise.
 	hideCgroup2 bool
 	flags       []string // global flags after --root (runsc: platform, network; see runsc_linux.go)
+	lean        *leanNS  // nil: containers are created in the usual namespace (lean_linux.go)
 }
 
 // State is the part of `runc state` / `list -f json` we read.
@@ -128,7 +129,7 @@ func (o *CLI) Run(ctx context.Context, args ...string) ([]byte, error) {
 // close-on-exec, see package fdhygiene). The container's host PID is
 // written to pidFile. On error the caller adds log's tail.
 func (o *CLI) Start(ctx context.Context, bundle, name, pidFile string, log *os.File) error {
-	return o.detached(ctx, log, "run", "-d", "--pid-file", pidFile, "--bundle", bundle, name)
+	return o.detached(ctx, log, bundle, "run", "-d", "--pid-file", pidFile, "--bundle", bundle, name)
 }
 
 // Create is Start's first half (`create`): the container's init is set up
@@ -136,7 +137,7 @@ func (o *CLI) Start(ctx context.Context, bundle, name, pidFile string, log *os.F
 // the container's process. What Start says of log holds here too: the
 // process inherits it when it starts.
 func (o *CLI) Create(ctx context.Context, bundle, name, pidFile string, log *os.File) error {
-	return o.detached(ctx, log, "create", "--pid-file", pidFile, "--bundle", bundle, name)
+	return o.detached(ctx, log, bundle, "create", "--pid-file", pidFile, "--bundle", bundle, name)
 }
 
 // StartCreated runs the process of container name, made by Create. For
@@ -177,11 +178,21 @@ func releaseExecFifo(path string) error {
 	return nil
 }
 
-// detached runs args (a run -d or a create) with stdout and stderr going to log.
-func (o *CLI) detached(ctx context.Context, log *os.File, args ...string) error {
+// detached runs args (a run -d or a create of bundle) with stdout and
+// stderr going to log, in a lean namespace when lean mode is on
+// (lean_linux.go).
+func (o *CLI) detached(ctx context.Context, log *os.File, bundle string, args ...string) error {
 	cmd := o.Command(ctx, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, log, log
-	if err := o.RunCmd(cmd); err != nil {
+	var err error
+	if l := o.leanFor(bundle); l != nil {
+		if err = l.start(cmd, bundle); err == nil {
+			err = cmd.Wait()
+		}
+	} else {
+		err = o.RunCmd(cmd)
+	}
+	if err != nil {
 		return fmt.Errorf("%s %s %s: %w", o.Name, args[0], args[len(args)-1], err)
 	}
 	return nil
