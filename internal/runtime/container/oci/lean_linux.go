@@ -86,16 +86,8 @@ func makeLeanBase(hideCgroup2 bool, keep string) (*os.File, error) {
 	go func() {
 		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
 		f, err := func() (*os.File, error) {
-			if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
-				return nil, fmt.Errorf("unshare: %w", err)
-			}
-			if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-				return nil, fmt.Errorf("make / private: %w", err)
-			}
-			if hideCgroup2 {
-				if err := unix.Unmount(cgroup2Mount, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-					return nil, fmt.Errorf("unmount %s: %w", cgroup2Mount, err)
-				}
+			if err := unshareMounts(hideCgroup2); err != nil { // mountns_linux.go
+				return nil, err
 			}
 			ms, err := mountinfo.Read("/proc/thread-self/mountinfo")
 			if err != nil {

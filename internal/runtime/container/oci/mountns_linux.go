@@ -48,18 +48,30 @@ func startHidden(cmd *exec.Cmd) error {
 			return
 		}
 		errc <- func() error {
-			if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
-				return fmt.Errorf("private mount namespace: unshare: %w", err)
-			}
-			// Private first, so that the unmount does not reach the host's namespace.
-			if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-				return fmt.Errorf("private mount namespace: make / private: %w", err)
-			}
-			if err := unix.Unmount(cgroup2Mount, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-				return fmt.Errorf("private mount namespace: unmount %s: %w", cgroup2Mount, err)
+			if err := unshareMounts(true); err != nil {
+				return fmt.Errorf("private mount namespace: %w", err)
 			}
 			return cmd.Start()
 		}()
 	}()
 	return <-errc
+}
+
+// unshareMounts moves the calling thread (locked, never handed back) into
+// a private copy of its mount namespace, without the cgroup2 mount of a
+// hybrid host when hideCgroup2.
+func unshareMounts(hideCgroup2 bool) error {
+	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare: %w", err)
+	}
+	// Private first, so that the unmounts do not reach the host's namespace.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make / private: %w", err)
+	}
+	if hideCgroup2 {
+		if err := unix.Unmount(cgroup2Mount, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("unmount %s: %w", cgroup2Mount, err)
+		}
+	}
+	return nil
 }
