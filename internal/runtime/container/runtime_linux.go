@@ -606,7 +606,7 @@ func (r *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 // network manager is the server's shared one, releases the network policy when no sandbox is
 // left (see netpolicy.Manager.Close; the server closes a shared one).
 func (r *Runtime) Close() error {
-	err := r.slots.Close(context.Background())
+	err := errors.Join(r.slots.Close(context.Background()), r.oci.Close())
 	if r.ownNet {
 		err = errors.Join(err, r.net.Close())
 	}

@@ -60,6 +60,15 @@ func (o *CLI) EnableLean(sandboxes string) error {
 	return nil
 }
 
+// Close releases the lean base; the containers already made keep their
+// namespaces, and no container can be created after it.
+func (o *CLI) Close() error {
+	if o.lean == nil {
+		return nil
+	}
+	return o.lean.base.Close()
+}
+
 // perSandbox reports whether m is a mount the lean base leaves out: one
 // under a sandbox directory of any data dir (…/sandboxes/<id>/…: disks,
 // overlays, lower layers, sysfs, logs, idmapped volume copies), a

@@ -68,7 +68,7 @@ func TestLeanNamespace(t *testing.T) {
 	if err := o.EnableLean(sandboxes); err != nil {
 		t.Fatal(err)
 	}
-	defer o.lean.base.Close()
+	defer o.Close()
 	mount(filepath.Join(a, "disk")) // after the base was made
 	mount(filepath.Join(c, "rootfs"))
 	mount(vol)
