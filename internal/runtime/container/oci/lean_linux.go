@@ -61,12 +61,15 @@ func (o *CLI) EnableLean(sandboxes string) error {
 }
 
 // Close releases the lean base; the containers already made keep their
-// namespaces, and no container can be created after it.
+// namespaces, and no container can be created after it. Idempotent.
 func (o *CLI) Close() error {
 	if o.lean == nil {
 		return nil
 	}
-	return o.lean.base.Close()
+	if err := o.lean.base.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+		return err
+	}
+	return nil
 }
 
 // perSandbox reports whether m is a mount the lean base leaves out: one

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,7 +69,11 @@ func TestLeanNamespace(t *testing.T) {
 	if err := o.EnableLean(sandboxes); err != nil {
 		t.Fatal(err)
 	}
-	defer o.Close()
+	defer func() {
+		if err := errors.Join(o.Close(), o.Close()); err != nil {
+			t.Errorf("close twice: %v", err)
+		}
+	}()
 	mount(filepath.Join(a, "disk")) // after the base was made
 	mount(filepath.Join(c, "rootfs"))
 	mount(vol)
