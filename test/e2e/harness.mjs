@@ -183,6 +183,21 @@ export class MoatServer {
     return this.proc?.pid
   }
 
+  // waitForLog waits until the server's log matches want (a RegExp, or a
+  // function of the log returning a truthy value) and returns the match.
+  // The log is read from a pipe: a line the server wrote before it
+  // answered a request can reach this process after the answer does.
+  async waitForLog(want, { timeoutMs = 10_000 } = {}) {
+    const test = typeof want === 'function' ? want : (log) => want.exec(log)
+    const deadline = Date.now() + timeoutMs
+    for (;;) {
+      const m = test(this.log)
+      if (m) return m
+      if (Date.now() > deadline) throw new Error(`the server log never matched ${want}:\n${this.log.slice(-3000)}`)
+      await sleep(50)
+    }
+  }
+
   // kill9 simulates a crash: SIGKILL, no chance to clean up.
   async kill9() {
     if (!this.proc || this.proc.exitCode !== null || this.proc.signalCode) return

@@ -59,7 +59,7 @@ test('warm pool: hand-out, no reuse, not listed, no leaks after a crash', { time
   await server.createApiKey()
   exportSdkEnv(server.url, server.apiKey)
   await waitReady(server, 2, 'start')
-  const warm = readyMembers(server.log)
+  const warm = await server.waitForLog((log) => readyMembers(log).length >= 2 && readyMembers(log))
   // Operators see the pool (the E2B API does not).
   const pools = await runMoat(['sandbox', 'list', '--pool'])
   assert.match(pools.stdout, new RegExp(`^${template}\\s+2\\s+2$`, 'm'), pools.stdout)
@@ -71,7 +71,7 @@ test('warm pool: hand-out, no reuse, not listed, no leaks after a crash', { time
   )
   t.after(() => killQuietly(sbx.sandboxId))
   assert.ok(warm.includes(sbx.sandboxId), `create did not take a warm member (${sbx.sandboxId} not in ${warm})`)
-  assert.match(server.log, new RegExp(`sandbox created from the warm pool.*sandboxID=${sbx.sandboxId}|sandboxID=${sbx.sandboxId}.*sandbox created from the warm pool`))
+  await server.waitForLog(new RegExp(`sandbox created from the warm pool.*sandboxID=${sbx.sandboxId}|sandboxID=${sbx.sandboxId}.*sandbox created from the warm pool`))
   const r = await within(30_000, 'run', () => sbx.commands.run('echo $POOLED; whoami'))
   assert.equal(r.stdout, 'yes\nuser\n')
   const listed = await within(30_000, 'list', () => Sandbox.list().nextItems())
@@ -94,6 +94,7 @@ test('warm pool: hand-out, no reuse, not listed, no leaks after a crash', { time
   for (let i = 0; i < 5; i++) {
     const before = handOuts()
     pooled.push(await createToFirstCommand())
+    await server.waitForLog(() => handOuts() > before).catch(() => {}) // asserted below
     assert.equal(handOuts(), before + 1, `pooled round ${i} did not take a warm member`)
     await waitReady(server, 2, 'refill between rounds')
   }
