@@ -35,12 +35,17 @@ func loadClient() *http.Client {
 	}}
 }
 
-// postCreate asks s for one sandbox from "base".
+// postCreate asks s for one sandbox from "base" with s's key.
 func postCreate(ctx context.Context, c *http.Client, s *realServer) createResult {
+	return postCreateAs(ctx, c, s, s.key)
+}
+
+// postCreateAs is postCreate with another team's key.
+func postCreateAs(ctx context.Context, c *http.Client, s *realServer, key string) createResult {
 	start := time.Now()
 	req, _ := http.NewRequestWithContext(ctx, "POST", s.base+"/v2/sandboxes",
 		strings.NewReader(`{"templateID":"base","timeout":600}`))
-	req.Header.Set("X-API-KEY", s.key)
+	req.Header.Set("X-API-KEY", key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.Do(req)
 	r := createResult{took: time.Since(start), err: err}
@@ -67,6 +72,12 @@ func postCreate(ctx context.Context, c *http.Client, s *realServer) createResult
 // killAll deletes the sandboxes, a few at a time.
 func killAll(t testing.TB, c *http.Client, s *realServer, ids []string) {
 	t.Helper()
+	killAllAs(t, c, s, s.key, ids)
+}
+
+// killAllAs is killAll with another team's key.
+func killAllAs(t testing.TB, c *http.Client, s *realServer, key string, ids []string) {
+	t.Helper()
 	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
 	for _, id := range ids {
@@ -76,7 +87,7 @@ func killAll(t testing.TB, c *http.Client, s *realServer, ids []string) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			req, _ := http.NewRequest("DELETE", s.base+"/sandboxes/"+id, nil)
-			req.Header.Set("X-API-KEY", s.key)
+			req.Header.Set("X-API-KEY", key)
 			resp, err := c.Do(req)
 			if err != nil {
 				t.Errorf("kill %s: %v", id, err)
