@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,11 +15,6 @@ import (
 // clear message and creates nothing.
 func TestAPIKeyCreateTeam(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	keyOf := func(args ...string) (string, error) {
-		out, _, _, err := runCLI(append([]string{"apikey", "create", "--data-dir", dir}, args...)...)
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		return lines[len(lines)-1], err
-	}
 	tests := []struct {
 		args    []string
 		team    string
@@ -31,7 +27,7 @@ func TestAPIKeyCreateTeam(t *testing.T) {
 		{[]string{"--team", ""}, store.DefaultTeam, ""},
 	}
 	for _, tt := range tests {
-		key, err := keyOf(tt.args...)
+		key, err := createAPIKey(dir, tt.args...)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("%v: err = %v, want %q", tt.args, err, tt.wantErr)
@@ -59,4 +55,15 @@ func TestAPIKeyCreateTeam(t *testing.T) {
 	if n, err := db.CountAPIKeys(context.Background()); err != nil || n != 4 {
 		t.Fatalf("keys = %d, %v; want 4 (the bad name made none)", n, err)
 	}
+}
+
+// createAPIKey runs `moat apikey create --data-dir dir args...` and returns
+// the key, the last line it prints.
+func createAPIKey(dir string, args ...string) (string, error) {
+	out, stderr, code, err := runCLI(append([]string{"apikey", "create", "--data-dir", dir}, args...)...)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("moat apikey create %v: exit code %d: %s", args, code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1], err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,11 +21,10 @@ import (
 func TestLoadTwoTeams(t *testing.T) {
 	rootfs := requireRealServer(t)
 	s := startServer(t, newDataDir(t, rootfs))
-	out, stderr, code, err := runCLI("apikey", "create", "--data-dir", s.dataDir, "--team", "burstb")
-	if err != nil || code != 0 {
-		t.Fatalf("apikey create --team burstb: code %d, %v: %s", code, err, stderr)
+	keyB, err := createAPIKey(s.dataDir, "--team", "burstb")
+	if err != nil {
+		t.Fatal(err)
 	}
-	keyB := strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:])
 	const nA, nB = 40, 8
 	c := loadClient()
 	t0 := time.Now()
@@ -53,22 +51,26 @@ func TestLoadTwoTeams(t *testing.T) {
 	wg.Go(func() { b = burst(keyB, nB) })
 	wg.Wait()
 
-	ids := func(ds []done, who string) (out []string, last time.Duration, ats []time.Duration) {
+	// created returns the IDs of ds's sandboxes and when each answer came, in order.
+	created := func(ds []done, who string) (ids []string, ats []time.Duration) {
 		for _, d := range ds {
 			if d.err != nil || d.status != http.StatusCreated {
 				t.Errorf("team %s: create: status %d, %v", who, d.status, d.err)
 				continue
 			}
-			out = append(out, d.id)
+			ids = append(ids, d.id)
 			ats = append(ats, d.at)
-			last = max(last, d.at)
 		}
 		slices.Sort(ats)
-		return out, last, ats
+		return ids, ats
 	}
-	idsA, lastA, atsA := ids(a, "A")
-	idsB, lastB, _ := ids(b, "B")
+	idsA, atsA := created(a, "A")
+	idsB, atsB := created(b, "B")
 	t.Cleanup(func() { killAll(t, c, s, idsA); killAllAs(t, c, s, keyB, idsB) })
+	if len(atsA) == 0 || len(atsB) == 0 {
+		t.FailNow() // the creates' errors are reported above
+	}
+	lastA, lastB := atsA[len(atsA)-1], atsB[len(atsB)-1]
 	after := 0 // A's creates answered after B's last
 	if i := slices.IndexFunc(atsA, func(d time.Duration) bool { return d > lastB }); i >= 0 {
 		after = len(atsA) - i

@@ -198,12 +198,11 @@ func testRunCode(t *testing.T, e *mcpEnv, cs *mcp.ClientSession) {
 
 // testTeams: a key of another team reaches none of this team's sandboxes.
 func testTeams(t *testing.T, e *mcpEnv, id string) {
-	out, _, _, err := runCLI("apikey", "create", "--data-dir", e.dataDir, "--team", "mcpother")
+	key, err := createAPIKey(e.dataDir, "--team", "mcpother")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	other := e.session(t, &moat.Client{APIURL: e.srv.base, APIKey: lines[len(lines)-1]}, mcpserver.Config{})
+	other := e.session(t, &moat.Client{APIURL: e.srv.base, APIKey: key}, mcpserver.Config{})
 	if got := toolText(mustCall(t, other, "list_sandboxes", nil)); strings.Contains(got, id) {
 		t.Errorf("another team's list_sandboxes lists %s: %q", id, got)
 	}

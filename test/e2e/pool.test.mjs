@@ -100,7 +100,9 @@ test('warm pool: hand-out, no reuse, not listed, no leaks after a crash', { time
   }
 
   // kill -9 with members ready; a restart without the pool removes them.
-  const members = readyMembers(server.log).filter((id) => id !== sbx.sandboxId && id !== next.sandboxId)
+  // Every hand-out was refilled (waitReady), so the log names 2 + hand-outs members.
+  const ready = await server.waitForLog((log) => readyMembers(log).length >= 2 + handOuts() && readyMembers(log))
+  const members = ready.filter((id) => id !== sbx.sandboxId && id !== next.sandboxId)
   server.proc.kill('SIGKILL')
   await server.exited
   server = new MoatServer()
