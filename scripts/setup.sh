@@ -44,6 +44,8 @@ PACKAGES=(
   python3-ipykernel python3-matplotlib python3-pandas python3-numpy
   # moat sandbox shell is tested in a real terminal (TestShellTmux)
   tmux
+  # TestSealedRuntime counts crun's execs (internal/runtime/container/oci)
+  strace
   # the web console is tested in a real browser (test/e2e/console.test.mjs, playwright-core)
   chromium
 )

@@ -32,6 +32,9 @@ type CLI struct {
 	hideCgroup2 bool
 	flags       []string // global flags after --root (runsc: platform, network; see runsc_linux.go)
 	lean        *leanNS  // nil: containers are created in the usual namespace (lean_linux.go)
+	// sealed is the sealed copy bin names (/proc/self/fd/<n>) for crun and
+	// runc, nil when they run from their own file (sealed_linux.go).
+	sealed *os.File
 }
 
 // State is the part of `runc state` / `list -f json` we read.
@@ -61,6 +64,7 @@ func Pick(ctx context.Context, log *slog.Logger, override, root string) (*CLI, e
 		if out, err := o.Command(ctx, "--version").CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("%s --version: %w: %s", name, err, bytes.TrimSpace(out))
 		}
+		o.useSealed(ctx, log)
 		return o, nil
 	}
 	switch override {
@@ -101,7 +105,31 @@ func (o *CLI) Command(ctx context.Context, args ...string) *exec.Cmd {
 	if o.Name == "runsc" && args[0] == "run" {
 		return o.runscRun(ctx, full) // runsc_linux.go
 	}
-	return exec.CommandContext(ctx, o.bin, full...) // started through o.RunCmd (hideCgroup2)
+	cmd := exec.CommandContext(ctx, o.bin, full...) // started through o.RunCmd (hideCgroup2)
+	cmd.Args[0] = o.Name                             // not /proc/self/fd/<n> (sealed_linux.go)
+	return cmd
+}
+
+// useSealed switches o to a sealed copy of its binary (sealed_linux.go)
+// when one can be made and runs; otherwise o keeps its file, and crun or
+// runc copies itself on every run as before.
+func (o *CLI) useSealed(ctx context.Context, log *slog.Logger) {
+	f, err := sealBinary(o.Name, o.bin)
+	if err == nil {
+		s := &CLI{Name: o.Name, bin: sealedPath(f), hideCgroup2: o.hideCgroup2}
+		var out []byte
+		if out, err = s.Command(ctx, "--version").CombinedOutput(); err != nil {
+			err = fmt.Errorf("run it: %w: %s", err, bytes.TrimSpace(out))
+		}
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		log.WarnContext(ctx, "OCI runtime runs from its own file (it copies itself on every run)", "oci", o.Name, "err", err)
+		return
+	}
+	o.bin, o.sealed = sealedPath(f), f
 }
 
 // Run executes a short command and returns its stdout. "does not exist"
