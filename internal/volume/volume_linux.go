@@ -180,7 +180,7 @@ func (m *Manager) Acquire(id string) (root string, release func(), err error) {
 		if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
 			return "", nil, errdefs.Publicf(errdefs.ErrNotFound, "volume %s has no image", id)
 		}
-		if err := hostfs.LoopMount(img, mnt, "ext4", unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+		if err := hostfs.LoopMount(img, mnt, "ext4", unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 			return "", nil, fmt.Errorf("mount volume %s: %w", id, err)
 		}
 	}
