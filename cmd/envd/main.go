@@ -4,6 +4,13 @@
 // it also reaps orphans (package reaper; on kernels without pidfds it
 // re-executes itself as a child and reaps as the parent). With --host it runs as
 // a plain process (for tests), mapping root and user to the current account.
+//
+// Its listeners are plain TCP, not Go's default Multipath TCP: its clients
+// are Moat's proxy and the sandbox's own processes, and an MPTCP listener
+// cost every sandbox's start a probe socket and every accepted connection
+// the kernel's fallback from MPTCP.
+//
+//go:debug multipathtcp=0
 package main
 
 import (

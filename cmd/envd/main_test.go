@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"context"
+	"net"
+	"testing"
+)
 
 func TestParseFlags(t *testing.T) {
 	tests := []struct {
@@ -40,5 +44,32 @@ func TestInternalEnv(t *testing.T) {
 	}
 	if _, ok := env["E2B_TEMPLATE_ID"]; ok {
 		t.Fatalf("empty template id exported: %v", env)
+	}
+}
+
+// TestPlainTCP: envd's listeners are plain TCP (the //go:debug line of
+// main.go), not Go's default Multipath TCP.
+func TestPlainTCP(t *testing.T) {
+	var lc net.ListenConfig
+	if lc.MultipathTCP() {
+		t.Fatal("envd would listen with Multipath TCP")
+	}
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		if c, err := net.Dial("tcp", l.Addr().String()); err == nil {
+			c.Close()
+		}
+	}()
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if on, err := c.(*net.TCPConn).MultipathTCP(); on || err != nil {
+		t.Fatalf("accepted connection: MPTCP %v (%v)", on, err)
 	}
 }

@@ -106,7 +106,7 @@ func (o *CLI) Command(ctx context.Context, args ...string) *exec.Cmd {
 		return o.runscRun(ctx, full) // runsc_linux.go
 	}
 	cmd := exec.CommandContext(ctx, o.bin, full...) // started through o.RunCmd (hideCgroup2)
-	cmd.Args[0] = o.Name                             // not /proc/self/fd/<n> (sealed_linux.go)
+	cmd.Args[0] = o.Name                            // not /proc/self/fd/<n> (sealed_linux.go)
 	return cmd
 }
 
