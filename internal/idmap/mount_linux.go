@@ -1,6 +1,7 @@
 package idmap
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,6 +22,11 @@ func Mount(src, dst string, r Range) error {
 	if err != nil {
 		return err
 	}
+	return mountNS(src, dst, nsfd)
+}
+
+// mountNS is Mount through the user namespace nsfd.
+func mountNS(src, dst string, nsfd int) error {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("idmap: open_tree %s: %w", src, err)
@@ -38,35 +45,138 @@ func Mount(src, dst string, r Range) error {
 
 // userNSCache keeps one user namespace per range ever used (ranges are
 // reused after a sandbox ends, so the set stays as large as the peak number
-// of sandboxes): making one costs a process start (~5 ms).
+// of sandboxes). Each range has its own entry, so that namespaces for
+// different ranges are made at once (a burst of creates made them one
+// after another, behind one lock, while each cost a process start).
 var userNSCache struct {
 	sync.Mutex
-	fds map[uint32]int
+	ns map[uint32]*userNSEntry
+}
+
+type userNSEntry struct {
+	once sync.Once
+	fd   int
+	err  error
 }
 
 func cachedUserNS(r Range) (int, error) {
 	userNSCache.Lock()
-	defer userNSCache.Unlock()
-	if fd, ok := userNSCache.fds[r.Host]; ok {
-		return fd, nil
+	if userNSCache.ns == nil {
+		userNSCache.ns = map[uint32]*userNSEntry{}
 	}
-	fd, err := userNS(r)
-	if err != nil {
-		return -1, err
+	e, ok := userNSCache.ns[r.Host]
+	if !ok {
+		e = &userNSEntry{}
+		userNSCache.ns[r.Host] = e
 	}
-	if userNSCache.fds == nil {
-		userNSCache.fds = map[uint32]int{}
+	userNSCache.Unlock()
+	e.once.Do(func() { e.fd, e.err = userNS(r) })
+	if e.err != nil {
+		userNSCache.Lock()
+		if userNSCache.ns[r.Host] == e { // the next call tries again
+			delete(userNSCache.ns, r.Host)
+		}
+		userNSCache.Unlock()
+		return -1, e.err
 	}
-	userNSCache.fds[r.Host] = fd
-	return fd, nil
+	return e.fd, nil
 }
 
 // userNS returns a file descriptor of a new user namespace with r's
+// mapping: from a small process that unshares it (userNSUnshare), else
+// from a fork of this one (userNSFork).
+func userNS(r Range) (int, error) {
+	fd, err := userNSUnshare(r)
+	if err == nil {
+		return fd, nil
+	}
+	fd, ferr := userNSFork(r)
+	if ferr != nil {
+		return -1, fmt.Errorf("%w (and %w)", ferr, err)
+	}
+	return fd, nil
+}
+
+// userNSUnshare starts util-linux's `unshare --user -- cat`, waits until
+// it is in a user namespace of its own, writes r's mapping into it (this
+// process is root of the parent namespace), opens it and kills the
+// process; the descriptor keeps the namespace alive. exec.Cmd starts a
+// child that makes no namespace of its own with vfork, whereas a child
+// started in a new user namespace is a fork of this whole process: its
+// page tables copied, then every page of the server's heap faulted back
+// to writable after it, ~10 % of the CPU of a server's first burst of 100
+// creates here (the next bursts reuse the namespaces). cat reads a pipe
+// from this process, so it ends with it (a parent-death signal would not
+// do: it follows the thread that started the child, and Go ends threads).
+func userNSUnshare(r Range) (int, error) {
+	self, err := os.Readlink("/proc/self/ns/user")
+	if err != nil {
+		return -1, fmt.Errorf("idmap: %w", err)
+	}
+	cmd := exec.Command("unshare", "--user", "--", "cat")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return -1, fmt.Errorf("idmap: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return -1, fmt.Errorf("idmap: start unshare: %w", err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	defer func() {
+		stdin.Close()
+		_ = cmd.Process.Kill()
+		<-exited
+	}()
+	proc := "/proc/" + strconv.Itoa(cmd.Process.Pid)
+	if err := waitUnshared(proc, self, exited); err != nil {
+		if errors.Is(err, errExited) {
+			err = fmt.Errorf("%w: %v", err, waitErr)
+		}
+		return -1, err
+	}
+	line := []byte("0 " + strconv.Itoa(r.Root()) + " " + strconv.Itoa(Size) + "\n")
+	for _, m := range []string{"uid_map", "gid_map"} {
+		if err := os.WriteFile(proc+"/"+m, line, 0); err != nil {
+			return -1, fmt.Errorf("idmap: write %s: %w", m, err)
+		}
+	}
+	fd, err := unix.Open(proc+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("idmap: open user namespace: %w", err)
+	}
+	return fd, nil
+}
+
+var errExited = errors.New("idmap: unshare ended before it made a user namespace")
+
+// waitUnshared waits until the process at proc is in another user
+// namespace than self, for at most 5 s; errExited once exited is closed.
+func waitUnshared(proc, self string, exited <-chan struct{}) error {
+	delay := 20 * time.Microsecond
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if ns, err := os.Readlink(proc + "/ns/user"); err == nil && ns != self {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("idmap: unshare did not make a user namespace in 5 s")
+		}
+		select {
+		case <-exited:
+			return errExited
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Millisecond)
+	}
+}
+
+// userNSFork returns a file descriptor of a new user namespace with r's
 // mapping. A multi-threaded Go process cannot unshare one itself, so a
 // short-lived child is started in it, its namespace opened, and the child
 // killed; the descriptor keeps the namespace alive. The child is traced, so
 // it stops before the first instruction of the program it executes.
-func userNS(r Range) (int, error) {
+func userNSFork(r Range) (int, error) {
 	runtime.LockOSThread() // the tracer is this thread
 	defer runtime.UnlockOSThread()
 	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: r.Root(), Size: Size}}
