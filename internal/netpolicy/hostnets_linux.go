@@ -1,9 +1,12 @@
 package netpolicy
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/moatsh/moat/internal/netpolicy/hostnet"
 )
@@ -36,10 +39,17 @@ func (m *Manager) refreshHostNets() error {
 }
 
 // watchHostNets keeps the hostnets chain current until done is closed (see
-// hostnet.Watch).
+// hostnet.Watch). A read of the host's networks that stayed interrupted
+// through its retries (links coming and going, as when a thousand
+// sandboxes are killed) is no error: the change that interrupted it is
+// itself an event, after which the watch reads again.
 func (m *Manager) watchHostNets(done <-chan struct{}) {
 	hostnet.Watch(done, m.log, func() {
-		if err := m.refreshHostNets(); err != nil {
+		err := m.refreshHostNets()
+		switch {
+		case errors.Is(err, netlink.ErrDumpInterrupted):
+			m.log.Debug("host networks changing while read; reading again after the change", "err", err)
+		case err != nil:
 			m.log.Error("updating the sandboxes' host network block list", "err", err)
 		}
 	})

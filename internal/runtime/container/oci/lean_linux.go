@@ -10,6 +10,7 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -37,8 +38,9 @@ import (
 // it). The base holds the host's other mounts of the time it was made:
 // one of them unmounted later stays alive there until the server stops.
 type leanNS struct {
-	base  *os.File // the base namespace (/proc/thread-self/ns/mnt of the thread that made it)
-	under string   // the sandbox directories' directory: bundles under it start here
+	base   *os.File    // the base namespace (/proc/thread-self/ns/mnt of the thread that made it)
+	under  string      // the sandbox directories' directory: bundles under it start here
+	closed atomic.Bool // Close was called: RunCmd goes back to startHidden
 }
 
 // EnableLean makes crun create containers in lean namespaces (see leanNS)
@@ -66,6 +68,7 @@ func (o *CLI) Close() error {
 	if o.lean == nil {
 		return nil
 	}
+	o.lean.closed.Store(true)
 	if err := o.lean.base.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
 		return err
 	}
@@ -139,6 +142,17 @@ func (l *leanNS) start(cmd *exec.Cmd, bundle string) error {
 	go func() {
 		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
 		errc <- l.startLocked(cmd, paths)
+	}()
+	return <-errc
+}
+
+// startBare starts cmd in a new namespace copied from the base, with no
+// bundle's mounts (RunCmd's short commands: kill, delete, state).
+func (l *leanNS) startBare(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		errc <- l.startLocked(cmd, nil)
 	}()
 	return <-errc
 }

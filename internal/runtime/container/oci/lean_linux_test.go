@@ -130,6 +130,17 @@ func TestLeanNamespace(t *testing.T) {
 	if lines := strings.Count(got, "\n"); lines > len(hostBefore) {
 		t.Errorf("the lean namespace has %d mounts, the host %d", lines, len(hostBefore))
 	}
+	// RunCmd's short commands (kill, delete) start in a copy of the base on
+	// a hybrid host, and in the host's namespace elsewhere.
+	out.Reset()
+	run := exec.Command("cat", "/proc/self/mountinfo")
+	run.Stdout, run.Stderr = &out, &out
+	if err := o.RunCmd(run); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if sees := strings.Contains(out.String(), " "+filepath.Join(b, "rootfs")+" "); sees == o.hideCgroup2 {
+		t.Errorf("RunCmd sees another sandbox's mount: %v, want %v (hybrid host: %v)", sees, !o.hideCgroup2, o.hideCgroup2)
+	}
 	hostAfter, err := mountinfo.Read(mountinfo.Path)
 	if err != nil || len(hostAfter) != len(hostBefore) {
 		t.Fatalf("the host's mounts went from %d to %d (%v)", len(hostBefore), len(hostAfter), err)

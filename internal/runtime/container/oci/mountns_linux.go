@@ -20,12 +20,22 @@ const cgroup2Mount = "/sys/fs/cgroup/unified"
 func init() { goruntime.LockOSThread() }
 
 // RunCmd runs cmd (from Command) to its end. With hideCgroup2 it is
-// started by startHidden, else as usual.
+// started in a copy of the lean base when there is one (lean_linux.go: the
+// base has no cgroup2 mount either, and a copy of it costs the same
+// whatever the number of sandboxes, where a copy of the host's namespace
+// grew with their mounts: every kill and delete paid for it), else by
+// startHidden; without hideCgroup2 as usual.
 func (o *CLI) RunCmd(cmd *exec.Cmd) error {
 	if !o.hideCgroup2 {
 		return cmd.Run()
 	}
-	if err := startHidden(cmd); err != nil {
+	var err error
+	if l := o.lean; l != nil && !l.closed.Load() {
+		err = l.startBare(cmd)
+	} else {
+		err = startHidden(cmd)
+	}
+	if err != nil {
 		return err
 	}
 	return cmd.Wait()
