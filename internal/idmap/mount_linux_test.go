@@ -19,13 +19,7 @@ import (
 func TestMount(t *testing.T) {
 	testkit.RequireRoot(t)
 	src, dst := t.TempDir(), t.TempDir()
-	f := filepath.Join(src, "file")
-	if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(f, 1000, 1001); err != nil {
-		t.Fatal(err)
-	}
+	f := ownedFile(t, src)
 	r := Range{Host: FirstHost + 7*Size}
 	if err := Mount(src, dst, r); err != nil {
 		t.Fatal(err)
@@ -54,6 +48,19 @@ func TestMount(t *testing.T) {
 	if err := Mount(filepath.Join(src, "missing"), t.TempDir(), r); err == nil {
 		t.Fatal("mount of a missing source succeeded")
 	}
+}
+
+// ownedFile writes dir/file owned by 1000:1001 and returns its path.
+func ownedFile(t *testing.T, dir string) string {
+	t.Helper()
+	f := filepath.Join(dir, "file")
+	if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(f, 1000, 1001); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // BenchmarkMount is the cost an idmapped template view adds to a create
@@ -87,13 +94,7 @@ func TestUserNSWays(t *testing.T) {
 	for i, w := range userNSWays {
 		t.Run(w.name, func(t *testing.T) {
 			src, dst := t.TempDir(), t.TempDir()
-			f := filepath.Join(src, "file")
-			if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Chown(f, 1000, 1001); err != nil {
-				t.Fatal(err)
-			}
+			ownedFile(t, src)
 			r := Range{Host: FirstHost + uint32(20+i)*Size}
 			fd, err := w.make(r)
 			if err != nil {
