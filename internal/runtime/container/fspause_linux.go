@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/moatsh/moat/internal/errdefs"
@@ -72,12 +73,16 @@ func (r *Runtime) resumeFilesystem(ctx context.Context, id string, b *sandbox) (
 	if err := r.net.Readdress(ctx, id); err != nil { // runsc took the addresses off
 		return nil, fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
+	var logFrom int64 // envd's log holds the earlier runs' lines
+	if fi, err := os.Stat(r.logPath(id)); err == nil {
+		logFrom = fi.Size()
+	}
 	if err := r.runBundle(ctx, id, b, r.oci.Start); err != nil {
 		return fail(err)
 	}
 	h := *b.handle
 	h.PID, h.Paused = b.proc.PID(), false
-	if err := r.waitReady(ctx, &h, b.proc); err != nil {
+	if err := r.waitReady(ctx, &h, b.proc, logFrom); err != nil {
 		return fail(err)
 	}
 	if err := fsmark.Remove(r.dir(id)); err != nil {

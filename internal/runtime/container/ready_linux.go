@@ -1,6 +1,7 @@
 package container
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,19 +17,24 @@ import (
 	"github.com/moatsh/moat/internal/runtime"
 )
 
-// waitReady waits until envd accepts a connection. envd writes a line to
-// its log (envd.log on the sandbox's log tmpfs) once it listens, so a dial
-// is tried at the start, after each write to the log (inotify) and at
-// least every readyPoll. The wait used to dial again after a pause of
-// 50 µs doubling up to 250 µs: a refused dial costs tens of µs of CPU, and
-// in a burst of 100 creates those dials took ~2 % of the host's CPU. If
-// the log cannot be watched (no inotify instance left), it falls back to
-// that schedule.
-func (r *Runtime) waitReady(ctx context.Context, h *runtime.Handle, init *runtime.Process) error {
+// waitReady waits until envd accepts connections. envd writes "envd
+// listening on …" to its log (envd.log on the sandbox's log tmpfs) once its
+// port listens, so with inotify the wait reads the log after each write to
+// it (and at least every readyPoll) and returns when the line is there:
+// no connection is made. A dial proves it instead at the start and at
+// least every readyDial, for an envd that never writes the line. Without
+// inotify (no instance left) it dials after a pause of 50 µs doubling up to
+// 250 µs; a refused dial costs tens of µs of CPU, and in a burst of 100
+// creates those dials took ~2 % of the host's CPU. The /init that follows
+// waits for envd's health itself should envd not answer yet. Only the log
+// from byte logFrom on counts: a resumed sandbox's log holds its earlier
+// runs'.
+func (r *Runtime) waitReady(ctx context.Context, h *runtime.Handle, init *runtime.Process, logFrom int64) error {
 	ctx, cancel := context.WithTimeout(ctx, r.o.readyTimeout)
 	defer cancel()
 	addr := net.JoinHostPort(h.Addr.String(), strconv.Itoa(envdPort))
-	w, err := watchWrites(r.logPath(h.ID))
+	logPath := r.logPath(h.ID)
+	w, err := watchWrites(logPath)
 	if err != nil {
 		r.log.DebugContext(ctx, "envd readiness by polling", "sandbox", h.ID, "err", err)
 	} else {
@@ -36,16 +42,23 @@ func (r *Runtime) waitReady(ctx context.Context, h *runtime.Handle, init *runtim
 	}
 	var d net.Dialer
 	delay := 50 * time.Microsecond
+	var lastDial time.Time
 	for {
-		dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		c, err := d.DialContext(dctx, "tcp", addr)
-		dcancel()
-		if err == nil {
-			c.Close()
+		if w != nil && logSaysListening(logPath, logFrom) {
 			return nil
 		}
+		if w == nil || time.Since(lastDial) >= readyDial {
+			lastDial = time.Now()
+			dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			c, err := d.DialContext(dctx, "tcp", addr)
+			dcancel()
+			if err == nil {
+				c.Close()
+				return nil
+			}
+		}
 		if (w != nil || delay == maxReadyDelay) && init.Exited() {
-			tail, _ := hostfs.Tail(r.logPath(h.ID), 2048)
+			tail, _ := hostfs.Tail(logPath, 2048)
 			return fmt.Errorf("sandbox %s: envd exited before listening on %s: %w (envd.log: %q)", h.ID, addr, errdefs.ErrUnavailable, tail)
 		}
 		if w != nil {
@@ -55,18 +68,37 @@ func (r *Runtime) waitReady(ctx context.Context, h *runtime.Handle, init *runtim
 			delay = min(2*delay, maxReadyDelay)
 		}
 		if err != nil {
-			tail, _ := hostfs.Tail(r.logPath(h.ID), 2048)
+			tail, _ := hostfs.Tail(logPath, 2048)
 			return fmt.Errorf("sandbox %s: envd not reachable at %s: %w (envd.log: %q)", h.ID, addr, errors.Join(err, errdefs.ErrUnavailable), tail)
 		}
 	}
 }
 
+// listeningLine is what envd writes to its log once its port listens
+// (cmd/envd).
+var listeningLine = []byte("envd listening on ")
+
+// logSaysListening reports whether the 8 KiB of envd's log at path from
+// byte from on hold listeningLine.
+func logSaysListening(path string, from int64) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [8 << 10]byte
+	n, _ := f.ReadAt(b[:], from)
+	return bytes.Contains(b[:n], listeningLine)
+}
+
 const (
 	// maxReadyDelay is the longest pause between two dials without inotify.
 	maxReadyDelay = 250 * time.Microsecond
-	// readyPoll is the longest pause between two dials with inotify: a
-	// write to the log the watch missed costs at most this much.
+	// readyPoll is the longest pause between two reads of the log with
+	// inotify: a write to the log the watch missed costs at most this much.
 	readyPoll = 2 * time.Millisecond
+	// readyDial is the longest pause between two dials with inotify.
+	readyDial = 25 * time.Millisecond
 )
 
 // sleep waits d or until ctx ends (its error).

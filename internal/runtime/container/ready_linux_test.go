@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -66,5 +67,37 @@ func TestWriteWatch(t *testing.T) {
 func TestWatchWritesMissing(t *testing.T) {
 	if _, err := watchWrites(filepath.Join(t.TempDir(), "none")); err == nil {
 		t.Fatal("watching a missing file: no error")
+	}
+}
+
+// TestLogSaysListening: the readiness read of envd's log finds envd's
+// line only from the offset given (a resumed sandbox's log holds its
+// earlier runs' lines), and nothing in a missing or empty log.
+func TestLogSaysListening(t *testing.T) {
+	dir := t.TempDir()
+	earlier := "crun: started\nenvd listening on [::]:49983\n"
+	for _, tc := range []struct {
+		name, log string
+		from      int64
+		want      bool
+	}{
+		{"empty", "", 0, false},
+		{"other lines", "crun: started\ncode interpreter listening on [::]:49999\n", 0, false},
+		{"listening", "code interpreter listening on [::]:49999\nenvd listening on [::]:49983\n", 0, true},
+		{"an earlier run's line", earlier, int64(len(earlier)), false},
+		{"after an earlier run", earlier + "envd listening on [::]:49983\n", int64(len(earlier)), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
+			if err := os.WriteFile(p, []byte(tc.log), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if got := logSaysListening(p, tc.from); got != tc.want {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if logSaysListening(filepath.Join(dir, "missing"), 0) {
+		t.Fatal("a missing log says listening")
 	}
 }

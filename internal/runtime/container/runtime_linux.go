@@ -278,7 +278,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ *runtime.Han
 	}
 	started := time.Now()
 	h := &runtime.Handle{ID: id, Runtime: r.Name(), Addr: n.SandboxAddr, PID: b.proc.PID()}
-	if err := r.waitReady(ctx, h, b.proc); err != nil {
+	if err := r.waitReady(ctx, h, b.proc, 0); err != nil { // a new sandbox's log is new
 		return nil, err
 	}
 	tr.step("envd_listen")
