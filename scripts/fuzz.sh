@@ -14,9 +14,23 @@ while IFS=: read -r file _ decl; do
   t=$fuzztime
   [ "$name" = FuzzCall ] && [ "$pkg" = ./internal/nfsd ] && t=${NFS_FUZZTIME:-60s}
   echo "fuzz: $pkg $name ($t)" >&2
+  corpus="$pkg/testdata/fuzz/$name"
+  before=$(ls "$corpus" 2>/dev/null || true)
   if ! go test "$pkg" -run '^$' -fuzz "^$name\$" -fuzztime "$t" >/tmp/fuzz.$$.log 2>&1; then
     cat /tmp/fuzz.$$.log >&2
-    echo "fuzz: $pkg $name FAILED (the failing input is under $pkg/testdata/fuzz/$name)" >&2
+    # Go's fuzzing coordinator can fail a target with a bare "context
+    # deadline exceeded" as -fuzztime ends, when the host starves its
+    # workers (it compares the deadline's error with its child context's
+    # before that one is cancelled): no failing input is written. That, and
+    # only that, with the seeds passing again, is not a finding.
+    if [ "$(ls "$corpus" 2>/dev/null || true)" = "$before" ] &&
+      grep -qx $'\tcontext deadline exceeded\|    context deadline exceeded' /tmp/fuzz.$$.log &&
+      ! grep -q 'Failing input written' /tmp/fuzz.$$.log &&
+      go test "$pkg" -run "^$name\$" >/dev/null 2>&1; then
+      echo "fuzz: $pkg $name ended in Go's end-of-fuzztime race (context deadline exceeded, no failing input, seeds pass): not a failure" >&2
+      continue
+    fi
+    echo "fuzz: $pkg $name FAILED (the failing input is under $corpus)" >&2
     rc=1
   fi
 done < <(grep -rn --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(f \*testing\.F\)' internal cmd sdk | sort)
