@@ -66,6 +66,8 @@ func TestParseBusy(t *testing.T) {
 		{"too few fields", "cpu 1 2 3\n", 0},
 		{"not a number", "cpu 1 x 3 4 5 6 7 8\n", 0},
 		{"empty", "", 0},
+		{"large", "cpu 0 10000000000 0 0 0 0 0", 1e10 * 10 * time.Millisecond}, // it overflowed into a negative duration once
+		{"fields beyond a duration together", "cpu 900000000000 900000000000 0 0 0 0 0", 0},
 	} {
 		if got := parseBusy(tc.stat); got != tc.want {
 			t.Errorf("%s: parseBusy = %v, want %v", tc.name, got, tc.want)

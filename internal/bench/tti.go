@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -179,13 +180,21 @@ func parseBusy(stat string) time.Duration {
 	var ticks uint64
 	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system irq softirq
 		n, err := strconv.ParseUint(f[i], 10, 64)
-		if err != nil || n > 1<<40 { // 2^40 ticks: centuries, and no overflow below
+		if err != nil || n > maxBusyTicks {
 			return 0
 		}
-		ticks += n
+		ticks += n // five fields of at most maxBusyTicks: no uint64 overflow
 	}
-	return time.Duration(ticks) * time.Second / clockTicks
+	if ticks > maxBusyTicks {
+		return 0
+	}
+	return time.Duration(ticks) * (time.Second / clockTicks)
 }
+
+// maxBusyTicks is the most ticks a time.Duration holds (~292 years of CPU
+// time). The bound was 2^40 per field, whose product with a second in
+// nanoseconds overflowed into a negative duration (found by FuzzParseBusy).
+const maxBusyTicks = uint64(math.MaxInt64 / int64(time.Second/clockTicks))
 
 // clockTicks is USER_HZ, the unit of /proc/stat: 100 on every Linux
 // architecture Moat builds for.
