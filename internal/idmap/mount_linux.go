@@ -142,7 +142,13 @@ func userNSUnshare(r Range) (int, error) {
 			return -1, fmt.Errorf("idmap: write %s: %w", m, err)
 		}
 	}
-	fd, err := unix.Open(proc+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	return openUserNS(cmd.Process.Pid)
+}
+
+// openUserNS opens the user namespace of process pid; the descriptor
+// keeps it alive after the process.
+func openUserNS(pid int) (int, error) {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("idmap: open user namespace: %w", err)
 	}
@@ -191,11 +197,7 @@ func userNSFork(r Range) (int, error) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}()
-	fd, err := unix.Open("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("idmap: open user namespace: %w", err)
-	}
-	return fd, nil
+	return openUserNS(cmd.Process.Pid)
 }
 
 // OpenTree returns a detached, read-write idmapped copy of the mount at

@@ -4,13 +4,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moatsh/moat/internal/bench"
 	"github.com/moatsh/moat/internal/testkit"
 )
 
@@ -126,7 +126,7 @@ func BenchmarkUserNS(b *testing.B) {
 	for i := range heap {
 		heap[i] = byte(i)
 	}
-	var wall, cpu [2][]float64
+	var wall, cpu [2]bench.Series
 	for b.Loop() {
 		for i, w := range userNSWays {
 			before, start := cpuTime(b), time.Now()
@@ -137,32 +137,27 @@ func BenchmarkUserNS(b *testing.B) {
 			for j := 0; j < len(heap); j += 4096 { // the writes a server goes on with
 				heap[j]++
 			}
-			wall[i] = append(wall[i], float64(time.Since(start).Microseconds())/1000)
-			cpu[i] = append(cpu[i], cpuTime(b)-before)
+			wall[i].Samples = append(wall[i].Samples, time.Since(start))
+			cpu[i].Samples = append(cpu[i].Samples, cpuTime(b)-before)
 			unix.Close(fd)
 		}
 	}
-	wu, wf, cu, cf := median(wall[0]), median(wall[1]), median(cpu[0]), median(cpu[1])
+	ms := func(s bench.Series) float64 { return s.Median().Seconds() * 1000 }
+	wu, wf, cu, cf := ms(wall[0]), ms(wall[1]), ms(cpu[0]), ms(cpu[1])
 	b.ReportMetric(cu, "unshare-cpu-ms/op")
 	b.ReportMetric(cf, "fork-cpu-ms/op")
 	b.Logf("user namespace: unshare %.2f ms wall, %.2f ms CPU; fork %.2f ms wall, %.2f ms CPU; ratios %.2f, %.2f (medians of %d)",
-		wu, cu, wf, cf, wu/wf, cu/cf, len(wall[0]))
+		wu, cu, wf, cf, wu/wf, cu/cf, len(wall[0].Samples))
 }
 
-// cpuTime is the CPU time of this process and its waited-for children, ms.
-func cpuTime(b *testing.B) float64 {
+// cpuTime is the CPU time of this process and its waited-for children.
+func cpuTime(b *testing.B) time.Duration {
 	var self, kids unix.Rusage
 	if err := errors.Join(unix.Getrusage(unix.RUSAGE_SELF, &self), unix.Getrusage(unix.RUSAGE_CHILDREN, &kids)); err != nil {
 		b.Fatal(err)
 	}
-	ms := func(t unix.Timeval) float64 { return float64(t.Sec)*1000 + float64(t.Usec)/1000 }
-	return ms(self.Utime) + ms(self.Stime) + ms(kids.Utime) + ms(kids.Stime)
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
+	d := func(t unix.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return d(self.Utime) + d(self.Stime) + d(kids.Utime) + d(kids.Stime)
 }
 
 // TestWaitUnsharedExited: a process that ends before it is in a namespace

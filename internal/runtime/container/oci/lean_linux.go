@@ -137,22 +137,17 @@ func (l *leanNS) start(cmd *exec.Cmd, bundle string) error {
 	if err != nil {
 		return err
 	}
-	paths := append([]string{bundle}, outside...)
+	return l.startWith(cmd, append([]string{bundle}, outside...))
+}
+
+// startWith starts cmd, from a thread of its own, in a new namespace
+// copied from the base with the mounts at paths cloned in; none for
+// RunCmd's short commands (kill, delete, state).
+func (l *leanNS) startWith(cmd *exec.Cmd, paths []string) error {
 	errc := make(chan error, 1)
 	go func() {
 		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
 		errc <- l.startLocked(cmd, paths)
-	}()
-	return <-errc
-}
-
-// startBare starts cmd in a new namespace copied from the base, with no
-// bundle's mounts (RunCmd's short commands: kill, delete, state).
-func (l *leanNS) startBare(cmd *exec.Cmd) error {
-	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		errc <- l.startLocked(cmd, nil)
 	}()
 	return <-errc
 }

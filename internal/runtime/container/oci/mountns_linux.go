@@ -31,7 +31,7 @@ func (o *CLI) RunCmd(cmd *exec.Cmd) error {
 	}
 	var err error
 	if l := o.lean; l != nil && !l.closed.Load() {
-		err = l.startBare(cmd)
+		err = l.startWith(cmd, nil)
 	} else {
 		err = startHidden(cmd)
 	}

@@ -61,10 +61,12 @@ func Pick(ctx context.Context, log *slog.Logger, override, root string) (*CLI, e
 			return nil, fmt.Errorf("%s not found (apt-get install %s): %w", name, name, errdefs.ErrUnavailable)
 		}
 		o := &CLI{Name: name, bin: bin, Root: root, hideCgroup2: name == "crun" && hybrid}
+		if o.useSealed(ctx, log) {
+			return o, nil // its --version ran from the sealed copy
+		}
 		if out, err := o.Command(ctx, "--version").CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("%s --version: %w: %s", name, err, bytes.TrimSpace(out))
 		}
-		o.useSealed(ctx, log)
 		return o, nil
 	}
 	switch override {
@@ -111,25 +113,25 @@ func (o *CLI) Command(ctx context.Context, args ...string) *exec.Cmd {
 }
 
 // useSealed switches o to a sealed copy of its binary (sealed_linux.go)
-// when one can be made and runs; otherwise o keeps its file, and crun or
-// runc copies itself on every run as before.
-func (o *CLI) useSealed(ctx context.Context, log *slog.Logger) {
+// when one can be made and its --version runs, and reports whether it did;
+// otherwise o keeps its file, and crun or runc copies itself on every run
+// as before.
+func (o *CLI) useSealed(ctx context.Context, log *slog.Logger) bool {
 	f, err := sealBinary(o.Name, o.bin)
 	if err == nil {
 		s := &CLI{Name: o.Name, bin: sealedPath(f), hideCgroup2: o.hideCgroup2}
-		var out []byte
-		if out, err = s.Command(ctx, "--version").CombinedOutput(); err != nil {
-			err = fmt.Errorf("run it: %w: %s", err, bytes.TrimSpace(out))
+		if out, rerr := s.Command(ctx, "--version").CombinedOutput(); rerr != nil {
+			f.Close()
+			err = fmt.Errorf("run it: %w: %s", rerr, bytes.TrimSpace(out))
+		} else {
+			o.bin, o.sealed = s.bin, f
 		}
 	}
 	if err != nil {
-		if f != nil {
-			f.Close()
-		}
 		log.WarnContext(ctx, "OCI runtime runs from its own file (it copies itself on every run)", "oci", o.Name, "err", err)
-		return
+		return false
 	}
-	o.bin, o.sealed = sealedPath(f), f
+	return true
 }
 
 // Run executes a short command and returns its stdout. "does not exist"

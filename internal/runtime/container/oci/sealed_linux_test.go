@@ -7,12 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moatsh/moat/internal/bench"
 	"github.com/moatsh/moat/internal/testkit"
 )
 
@@ -104,25 +105,19 @@ func BenchmarkSealedRuntime(b *testing.B) {
 		b.Fatalf("no sealed copy: %v", err)
 	}
 	plain := &CLI{Name: "crun", bin: testkit.RequireTool(b, "crun"), Root: o.Root}
-	cpu := func(c *CLI) float64 {
+	cpu := func(c *CLI) time.Duration {
 		cmd := c.Command(context.Background(), "list")
 		if err := cmd.Run(); err != nil {
 			b.Fatal(err)
 		}
-		return float64(cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime()) / 1e6
+		return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	}
-	var own, sealed []float64
+	var own, sealed bench.Series
 	for b.Loop() {
-		own, sealed = append(own, cpu(plain)), append(sealed, cpu(o))
+		own.Samples, sealed.Samples = append(own.Samples, cpu(plain)), append(sealed.Samples, cpu(o))
 	}
-	mo, ms := median(own), median(sealed)
+	mo, ms := own.Median().Seconds()*1000, sealed.Median().Seconds()*1000
 	b.ReportMetric(mo, "own-cpu-ms/run")
 	b.ReportMetric(ms, "sealed-cpu-ms/run")
-	b.Logf("crun list: own file %.2f ms CPU, sealed copy %.2f ms (ratio %.2f), median of %d", mo, ms, ms/mo, len(own))
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
+	b.Logf("crun list: own file %.2f ms CPU, sealed copy %.2f ms (ratio %.2f), median of %d", mo, ms, ms/mo, len(own.Samples))
 }
