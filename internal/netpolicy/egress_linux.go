@@ -19,15 +19,15 @@ func (m *Manager) SetEgress(ctx context.Context, id string, e Egress) error {
 	if err := validID(id); err != nil {
 		return err
 	}
-	if err := m.ensureTable(); err != nil {
-		return fmt.Errorf("sandbox %s: %w", id, err)
-	}
 	m.mu.Lock()
 	m.egress[id] = e
 	_, up := m.alloc.byID[id]
 	m.mu.Unlock()
 	if !up {
-		return nil
+		return nil // Setup applies it, after its own ensureTable
+	}
+	if err := m.ensureTable(); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	return m.applyEgress(ctx, id, e)
 }

@@ -171,11 +171,10 @@ func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *
 			retErr = errors.Join(retErr, undo.Run())
 		}
 	}()
-	onHost := hostAddrs()
 	m.mu.Lock()
 	slot, err := m.alloc.alloc(id, func(s int) bool {
 		h, sb := m.alloc.addrs(s)
-		return onHost[h] || onHost[sb]
+		return onHost(h) || onHost(sb)
 	})
 	policy, hasPolicy := m.egress[id]
 	if hasPolicy {
@@ -533,20 +532,14 @@ func ipNet(a netip.Addr, bits int) *net.IPNet {
 	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(bits, a.BitLen())}
 }
 
-// hostAddrs lists the IPv4 addresses on the host's interfaces, so that a
-// /30 left behind by another process is never handed out twice.
-func hostAddrs() map[netip.Addr]bool {
-	out := map[netip.Addr]bool{}
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
-	if err != nil {
-		return out
-	}
-	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok {
-			out[ip] = true
-		}
-	}
-	return out
+// onHost reports whether a is an address of one of the host's interfaces
+// (the kernel's local table routes it to the host itself, up or down), so
+// that a /30 left behind by another process is never handed out twice. One
+// route lookup: listing every address of the host instead grew with the
+// number of sandboxes, each of whose host-side veths has one.
+func onHost(a netip.Addr) bool {
+	routes, err := netlink.RouteGet(a.AsSlice())
+	return err == nil && len(routes) > 0 && routes[0].Type == unix.RTN_LOCAL
 }
 
 // steps times the phases of a Setup for its debug log.

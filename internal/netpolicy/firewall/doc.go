@@ -77,5 +77,8 @@
 // are stateless, so a connection whose destination stays allowed goes on).
 // A veth's binding (Bind) is added when netpolicy sets a sandbox up (before
 // which its packets are all dropped: fail closed), removed (Unbind) when it
-// tears it down, and rebuilt when it recovers after a restart.
+// tears it down, and rebuilt when it recovers after a restart. Each change
+// is computed from the Firewall's record of the per-sandbox sets (state),
+// not from a read of the whole sets: a create and a kill cost the same
+// with a thousand sandboxes as with one.
 package firewall

@@ -126,8 +126,6 @@ func (f *Firewall) keepEgress(c *nftables.Conn) (map[string][]nftables.SetElemen
 // (internet) and the "proxied" set, in one transaction: a packet sees the
 // old policy or the new one.
 func (f *Firewall) WriteEgress(ifname string, allow, deny []netip.Prefix, internet, proxied bool) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	return f.writeEgress(ifname, egressWant(allow, deny), internet, proxied)
 }
 
@@ -137,125 +135,124 @@ func AllowsAny(allow []netip.Prefix) bool { return len(mergeV4(allow))+len(merge
 
 // writeEgress replaces ifname's elements of the egress sets with want
 // (set name → ranges; nil: removes them all) and sets its membership of the
-// "allowed" and "proxied" sets, in one transaction. mu must be held.
-func (f *Firewall) writeEgress(ifname string, want map[string][]addrRange, internet, proxied bool) (retErr error) {
-	c, err := f.conn()
-	if err != nil {
-		return err
-	}
-	defer func() { f.done(c, retErr) }()
-	changed, err := f.writeProxied(c, ifname, proxied)
-	if err != nil {
+// "allowed" and "proxied" sets, in one transaction.
+func (f *Firewall) writeEgress(ifname string, want map[string][]addrRange, internet, proxied bool) error {
+	return f.change("egress policy of "+ifname, func(c *nftables.Conn, st *state) (func(), error) {
+		var commits []func()
+		err := f.planEgress(c, st, ifname, want, proxied, &commits)
+		if err == nil {
+			err = planMember(c, st.allowed, f.allowedSet(), ifname, internet, &commits)
+		}
+		return all(commits), err
+	})
+}
+
+// planEgress adds to c's batch what turns ifname's elements of the egress
+// sets into want and its membership of "proxied" into proxied.
+func (f *Firewall) planEgress(c *nftables.Conn, st *state, ifname string, want map[string][]addrRange, proxied bool, commits *[]func()) error {
+	if err := planMember(c, st.proxied, proxiedSetIn(f.table()), ifname, proxied, commits); err != nil {
 		return err
 	}
 	for _, name := range egressSetNames {
-		ch, err := f.replaceEgress(c, ifname, name, want[name])
-		if err != nil {
+		if err := f.replaceEgress(c, st, ifname, name, want[name], commits); err != nil {
 			return err
 		}
-		changed = changed || ch
 	}
-	members, err := f.AllowedIfs()
-	if err != nil {
-		return err
-	}
-	if members[ifname] != internet {
-		s := &nftables.Set{Table: f.table(), Name: allowedSet, KeyType: nftables.TypeIFName}
-		elems := []nftables.SetElement{{Key: ifnameKey(ifname)}}
-		if internet {
-			err = c.SetAddElements(s, elems)
-		} else {
-			err = c.SetDeleteElements(s, elems)
-		}
-		if err != nil {
-			return fmt.Errorf("nftables: %s: %w", allowedSet, err)
-		}
-		changed = true
-	}
-	if !changed {
+	return nil
+}
+
+// all is one commit running commits in order, nil for none.
+func all(commits []func()) func() {
+	if len(commits) == 0 {
 		return nil
 	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables: egress policy of %s: %w", ifname, err)
+	return func() {
+		for _, c := range commits {
+			c()
+		}
 	}
+}
+
+// planMember adds to c's batch what makes ifname a member of name set s
+// (on) or not, as members (the state's record of s) says it is not yet;
+// the record's update is appended to commits.
+func planMember(c *nftables.Conn, members map[string]bool, s *nftables.Set, ifname string, on bool, commits *[]func()) error {
+	if members[ifname] == on {
+		return nil
+	}
+	elems := []nftables.SetElement{{Key: ifnameKey(ifname)}}
+	var err error
+	if on {
+		err = c.SetAddElements(s, elems)
+	} else {
+		err = c.SetDeleteElements(s, elems)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.Name, err)
+	}
+	*commits = append(*commits, func() { setMember(members, ifname, on) })
 	return nil
 }
 
 // replaceEgress adds to c's batch what turns ifname's elements of set name
-// into want; it reports whether it added anything to the batch.
-func (f *Firewall) replaceEgress(c *nftables.Conn, ifname, name string, want []addrRange) (bool, error) {
-	have, err := f.readEgress(c, name)
-	if err != nil {
-		return false, err
-	}
+// (as st has them) into want; the state's update is appended to commits
+// when it added anything.
+func (f *Firewall) replaceEgress(c *nftables.Conn, st *state, ifname, name string, want []addrRange, commits *[]func()) error {
+	have := st.egress[name][ifname]
 	old := map[string]bool{}
-	for _, e := range have[ifname] {
+	for _, e := range have {
 		old[elemKey(e)] = true
 	}
-	var add, del []nftables.SetElement
+	var add, del, next []nftables.SetElement
 	keep := map[string]bool{}
 	for _, r := range want {
 		e := egressElem(ifname, r)
+		if keep[elemKey(e)] {
+			continue
+		}
 		keep[elemKey(e)] = true
+		next = append(next, e)
 		if !old[elemKey(e)] {
 			add = append(add, e)
 		}
 	}
-	for _, e := range have[ifname] {
+	for _, e := range have {
 		if !keep[elemKey(e)] {
 			del = append(del, e)
 		}
 	}
+	if len(add)+len(del) == 0 {
+		return nil
+	}
 	s := egressSetIn(f.table(), name)
 	if len(del) > 0 {
 		if err := c.SetDeleteElements(s, del); err != nil {
-			return false, fmt.Errorf("nftables: %s: %w", name, err)
+			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	if len(add) > 0 {
 		if err := c.SetAddElements(s, add); err != nil {
-			return false, fmt.Errorf("nftables: %s: %w", name, err)
+			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	return len(add)+len(del) > 0, nil
+	*commits = append(*commits, func() {
+		if len(next) == 0 {
+			delete(st.egress[name], ifname)
+		} else {
+			st.egress[name][ifname] = next
+		}
+	})
+	return nil
 }
 
 // ClearEgress removes ifname's elements from the egress sets and from the
 // "proxied" set.
-func (f *Firewall) ClearEgress(ifname string) (retErr error) {
-	c, err := f.conn()
-	if err != nil {
-		return err
-	}
-	defer func() { f.done(c, retErr) }()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	if ch, err := f.writeProxied(c, ifname, false); err != nil {
-		return err
-	} else if ch {
-		n++
-	}
-	for _, name := range egressSetNames {
-		have, err := f.readEgress(c, name)
-		if err != nil {
-			return err
-		}
-		if len(have[ifname]) == 0 {
-			continue
-		}
-		if err := c.SetDeleteElements(egressSetIn(f.table(), name), have[ifname]); err != nil {
-			return fmt.Errorf("nftables: %s: %w", name, err)
-		}
-		n++
-	}
-	if n == 0 {
-		return nil
-	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables: clear egress policy of %s: %w", ifname, err)
-	}
-	return nil
+func (f *Firewall) ClearEgress(ifname string) error {
+	return f.change("clear egress policy of "+ifname, func(c *nftables.Conn, st *state) (func(), error) {
+		var commits []func()
+		err := f.planEgress(c, st, ifname, nil, false, &commits)
+		return all(commits), err
+	})
 }
 
 // ClearStaleEgress removes the egress elements of every ifname of the

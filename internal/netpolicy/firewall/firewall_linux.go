@@ -32,9 +32,10 @@ type Redirect struct {
 type Firewall struct {
 	c Config
 
-	mu        sync.Mutex     // serialises table installs, hostnets refills, egress writes and the read-then-delete of Unbind and SetAllowed
+	mu        sync.Mutex     // serialises every transaction: table installs, hostnets refills and the per-sandbox sets' changes
 	deny      []netip.Prefix // contents of the hostnets chain; guarded by mu
 	denyDirty bool           // the last hostnets refill failed; guarded by mu
+	st        *state         // the per-sandbox sets' members; nil: unknown, read at the next change; guarded by mu
 	conns     chan *nftables.Conn
 }
 

@@ -2,7 +2,6 @@ package firewall
 
 import (
 	"encoding/binary"
-	"fmt"
 	"net/netip"
 
 	"github.com/google/nftables"
@@ -91,35 +90,6 @@ func (f *Firewall) addProxyRules(c *nftables.Conn, t *nftables.Table, sets table
 		c.InsertRule(&nftables.Rule{Table: t, Chain: input,
 			Exprs: join(notIf, notLoopback(), l4proto(r.proto), dport(r.port), verdict(expr.VerdictDrop))})
 	}
-}
-
-// writeProxied adds ifname to, or removes it from, "proxied" in c's batch;
-// it reports whether it changed anything.
-func (f *Firewall) writeProxied(c *nftables.Conn, ifname string, on bool) (bool, error) {
-	have, err := keepElements(c, f.table(), proxiedSet)
-	if err != nil {
-		return false, err
-	}
-	member := false
-	for _, e := range have {
-		if string(trimNUL(e.Key)) == ifname {
-			member = true
-		}
-	}
-	if member == on {
-		return false, nil
-	}
-	s := proxiedSetIn(f.table())
-	elems := []nftables.SetElement{{Key: ifnameKey(ifname)}}
-	if on {
-		err = c.SetAddElements(s, elems)
-	} else {
-		err = c.SetDeleteElements(s, elems)
-	}
-	if err != nil {
-		return false, fmt.Errorf("nftables: %s: %w", proxiedSet, err)
-	}
-	return true, nil
 }
 
 // Blocked reports whether a is a destination no sandbox ever reaches

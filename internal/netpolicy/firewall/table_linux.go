@@ -125,6 +125,7 @@ func (f *Firewall) Install() (retErr error) {
 	}
 	input := f.addFilterChains(c, t, sets, hostnets)
 	f.addProxyRules(c, t, sets, input)
+	f.st = nil // read again at the next change, whatever the outcome
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: install table inet %s: %w", f.c.Table, err)
 	}
@@ -239,6 +240,9 @@ func join(exprs ...[]expr.Any) []expr.Any {
 
 // Delete removes the inet and arp tables; missing ones are not an error.
 func (f *Firewall) Delete() (retErr error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.st = nil
 	c, err := f.conn()
 	if err != nil {
 		return err
@@ -284,34 +288,16 @@ func (f *Firewall) AllowedIfs() (_ map[string]bool, retErr error) {
 
 // SetAllowed adds ifname to, or removes it from, the "allowed" set. Removing
 // an absent name succeeds.
-func (f *Firewall) SetAllowed(ifname string, allow bool) (retErr error) {
-	f.mu.Lock() // from the read to the delete, as in Unbind
-	defer f.mu.Unlock()
-	if !allow {
-		have, err := f.AllowedIfs()
-		if err != nil || !have[ifname] {
-			return err
-		}
-	}
-	c, err := f.conn()
-	if err != nil {
-		return err
-	}
-	defer func() { f.done(c, retErr) }()
-	s := &nftables.Set{Table: f.table(), Name: allowedSet, KeyType: nftables.TypeIFName}
-	elems := []nftables.SetElement{{Key: ifnameKey(ifname)}}
-	if allow {
-		err = c.SetAddElements(s, elems)
-	} else {
-		err = c.SetDeleteElements(s, elems)
-	}
-	if err == nil {
-		err = c.Flush()
-	}
-	if err != nil {
-		return fmt.Errorf("nftables: update set %s with %s: %w", allowedSet, ifname, err)
-	}
-	return nil
+func (f *Firewall) SetAllowed(ifname string, allow bool) error {
+	return f.change(fmt.Sprintf("update set %s with %s", allowedSet, ifname), func(c *nftables.Conn, st *state) (func(), error) {
+		var commits []func()
+		err := planMember(c, st.allowed, f.allowedSet(), ifname, allow, &commits)
+		return all(commits), err
+	})
+}
+
+func (f *Firewall) allowedSet() *nftables.Set {
+	return &nftables.Set{Table: f.table(), Name: allowedSet, KeyType: nftables.TypeIFName}
 }
 
 // ifMatch compares the interface name's prefix (a wildcard "mh*").
