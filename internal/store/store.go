@@ -18,13 +18,14 @@ import (
 	"strconv"
 	"strings"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite"
 
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/store/eventstore"
 	"github.com/moatsh/moat/internal/store/pgsql"
 	"github.com/moatsh/moat/internal/store/secretstore"
 	"github.com/moatsh/moat/internal/store/sqlbase"
+	"github.com/moatsh/moat/internal/store/stmtcache"
 )
 
 //go:embed migrations/*.sql pgmigrations/*.sql
@@ -78,7 +79,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	}
 	base := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)" +
 		"&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
-	w, err := sql.Open("sqlite", base+"&_txlock=immediate")
+	w, err := openSQLite(base + "&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
@@ -89,12 +90,13 @@ func Open(ctx context.Context, path string) (*DB, error) {
 		return nil, fmt.Errorf("migrate store %s: %w", path, err)
 	}
 	// Readers open after the migration made the file WAL.
-	d.r, err = sql.Open("sqlite", base+"&_pragma=query_only(1)")
+	d.r, err = openSQLite(base + "&_pragma=query_only(1)")
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	d.r.SetMaxOpenConns(maxReaders)
+	d.r.SetMaxIdleConns(maxReaders) // kept open, with their statements (database/sql keeps 2 by default)
 	d.Table = secretstore.New(d.w, d.r)
 	d.Tables = eventstore.New(d.w, d.r)
 	if err := restrict(path); err != nil { // -wal and -shm exist now
@@ -109,6 +111,20 @@ func Open(ctx context.Context, path string) (*DB, error) {
 // cluster of several servers stays well under PostgreSQL's default
 // max_connections of 100.
 const maxPGConns = 16
+
+// maxStmts bounds the prepared statements each SQLite connection keeps (see
+// package stmtcache): more than the store has, so every one is kept.
+const maxStmts = 256
+
+// openSQLite opens a pool of SQLite connections to dsn that keep their
+// prepared statements.
+func openSQLite(dsn string) (*sql.DB, error) {
+	c, err := sqlite.NewConnector(dsn)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(stmtcache.Wrap(c, maxStmts)), nil
+}
 
 // OpenPostgres opens the PostgreSQL database dsn names (a postgres:// URL)
 // and applies pending migrations. The caller must Close it. PostgreSQL's
