@@ -33,8 +33,11 @@ type CLI struct {
 	flags       []string // global flags after --root (runsc: platform, network; see runsc_linux.go)
 	lean        *leanNS  // nil: containers are created in the usual namespace (lean_linux.go)
 	// sealed is the sealed copy bin names (/proc/self/fd/<n>) for crun and
-	// runc, nil when they run from their own file (sealed_linux.go).
+	// runc, nil when they run from their own file (sealed_linux.go); own
+	// is then the binary's own file, log where a refused copy is noted.
 	sealed *os.File
+	own    string
+	log    *slog.Logger
 }
 
 // State is the part of `runc state` / `list -f json` we read.
@@ -124,7 +127,7 @@ func (o *CLI) useSealed(ctx context.Context, log *slog.Logger) bool {
 			f.Close()
 			err = fmt.Errorf("run it: %w: %s", rerr, bytes.TrimSpace(out))
 		} else {
-			o.bin, o.sealed = s.bin, f
+			o.bin, o.sealed, o.own, o.log = s.bin, f, o.bin, log
 		}
 	}
 	if err != nil {
@@ -138,9 +141,13 @@ func (o *CLI) useSealed(ctx context.Context, log *slog.Logger) bool {
 // errors come back as ErrNotFound.
 func (o *CLI) Run(ctx context.Context, args ...string) ([]byte, error) {
 	var stdout, stderr bytes.Buffer
-	cmd := o.Command(ctx, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := o.RunCmd(cmd); err != nil {
+	err := o.runSealed(ctx, args, func(cmd *exec.Cmd) error {
+		stdout.Reset()
+		stderr.Reset()
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		return o.RunCmd(cmd)
+	})
+	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if strings.Contains(msg, "does not exist") || strings.Contains(msg, "not found") || strings.Contains(msg, "No such file") {
 			return nil, fmt.Errorf("%s %s: %s: %w", o.Name, args[0], msg, errdefs.ErrNotFound)
@@ -212,16 +219,16 @@ func releaseExecFifo(path string) error {
 // stderr going to log, in a lean namespace when lean mode is on
 // (lean_linux.go).
 func (o *CLI) detached(ctx context.Context, log *os.File, bundle string, args ...string) error {
-	cmd := o.Command(ctx, args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, log, log
-	var err error
-	if l := o.leanFor(bundle); l != nil {
-		if err = l.start(cmd, bundle); err == nil {
-			err = cmd.Wait()
+	err := o.runSealed(ctx, args, func(cmd *exec.Cmd) error {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, log, log
+		if l := o.leanFor(bundle); l != nil {
+			if err := l.start(cmd, bundle); err != nil {
+				return err
+			}
+			return cmd.Wait()
 		}
-	} else {
-		err = o.RunCmd(cmd)
-	}
+		return o.RunCmd(cmd)
+	})
 	if err != nil {
 		return fmt.Errorf("%s %s %s: %w", o.Name, args[0], args[len(args)-1], err)
 	}

@@ -1,10 +1,13 @@
 package oci
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"os/exec"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -75,3 +78,23 @@ func fillAndSeal(f *os.File, src *os.File) error {
 
 // sealedPath is the path a child process execs the sealed copy f by.
 func sealedPath(f *os.File) string { return "/proc/self/fd/" + strconv.Itoa(int(f.Fd())) }
+
+// runSealed runs the command for args with run, from the sealed copy when
+// there is one. Should the kernel refuse to exec the copy (once in about
+// 20,000 creates a crun run failed with "fork/exec /proc/self/fd/100:
+// permission denied", cause not found yet), the command has not started:
+// it is noted with what the descriptor held, and run again from the
+// binary's own file (which copies itself, as without Moat's copy).
+func (o *CLI) runSealed(ctx context.Context, args []string, run func(*exec.Cmd) error) error {
+	err := run(o.Command(ctx, args...))
+	var pe *fs.PathError
+	if o.sealed == nil || o.own == "" || !errors.As(err, &pe) || pe.Op != "fork/exec" || pe.Path != o.bin {
+		return err
+	}
+	held, lerr := os.Readlink(o.bin)
+	o.log.WarnContext(ctx, "the OCI runtime's sealed copy could not be run; running its own file", "oci", o.Name,
+		"args", args[0], "err", err, "descriptor", held, "readlink_err", lerr)
+	cmd := o.Command(ctx, args...)
+	cmd.Path = o.own
+	return run(cmd)
+}

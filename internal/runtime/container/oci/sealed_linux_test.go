@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -120,4 +121,31 @@ func BenchmarkSealedRuntime(b *testing.B) {
 	b.ReportMetric(mo, "own-cpu-ms/run")
 	b.ReportMetric(ms, "sealed-cpu-ms/run")
 	b.Logf("crun list: own file %.2f ms CPU, sealed copy %.2f ms (ratio %.2f), median of %d", mo, ms, ms/mo, len(own.Samples))
+}
+
+// Should the kernel refuse to run the sealed copy, the command runs from
+// the binary's own file instead, and the refusal is logged with what the
+// descriptor held.
+func TestSealedRefusedFallsBack(t *testing.T) {
+	testkit.RequireRoot(t)
+	crun := testkit.RequireTool(t, "crun")
+	notExec, err := os.Open("/etc/hostname") // a descriptor exec refuses (EACCES)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notExec.Close()
+	var logged bytes.Buffer
+	o := &CLI{Name: "crun", bin: sealedPath(notExec), sealed: notExec, own: crun, Root: t.TempDir(),
+		log: slog.New(slog.NewTextHandler(&logged, nil))}
+	out, err := o.Run(context.Background(), "--version")
+	if err != nil || !strings.Contains(string(out), "crun") {
+		t.Fatalf("crun --version: %q, %v", out, err)
+	}
+	if !strings.Contains(logged.String(), "sealed copy could not be run") || !strings.Contains(logged.String(), "/etc/hostname") {
+		t.Errorf("refusal not logged with the descriptor's target:\n%s", logged.String())
+	}
+	o.own = ""
+	if _, err := o.Run(context.Background(), "--version"); err == nil {
+		t.Error("ran without a file to fall back to")
+	}
 }

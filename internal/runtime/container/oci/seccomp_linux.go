@@ -60,7 +60,7 @@ func (o *CLI) CompileSeccomp(ctx context.Context, profile *specs.LinuxSeccomp) (
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
 		return nil, fmt.Errorf("compile seccomp: %w", err)
 	}
-	c := &CLI{Name: o.Name, bin: o.bin, sealed: o.sealed, Root: filepath.Join(tmp, "state"), hideCgroup2: o.hideCgroup2,
+	c := &CLI{Name: o.Name, bin: o.bin, sealed: o.sealed, own: o.own, log: o.log, Root: filepath.Join(tmp, "state"), hideCgroup2: o.hideCgroup2,
 		flags: []string{"--cgroup-manager=disabled"}}
 	id := "moat-seccomp-" + strconv.Itoa(os.Getpid())
 	if err := c.create(ctx, bundle, id, filepath.Join(tmp, "create.log")); err != nil {
