@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -117,22 +118,19 @@ func LoopMount(img, target, fstype string, flags uintptr, data string) error {
 
 // attachAndMount binds f to dev and mounts dev on target; done is false when
 // dev was taken meanwhile. The device starts with buffered I/O and gets
-// direct I/O once mounted, from a goroutine: turning it on flushes the
-// image's dirty pages (a just-copied image is all dirty) and waits for the
-// disk, and the mount's reads and its superblock write then went to the
-// disk too, ~14 ms of waiting per create in a burst here. Buffered, they
-// are served from the page cache the copy filled.
+// direct I/O dioDelay later (see directIO): turning it on writes the
+// image's dirty pages to the disk (a just-copied image is all dirty) and
+// freezes the device's queue until its requests are done. At the mount it
+// cost ~14 ms of waiting per create in a burst; from a goroutine right
+// after the mount, the create's next writes to the disk waited for the
+// frozen queue instead (~7 ms per create). Later, the create is long done,
+// and a sandbox killed before never writes its image out at all.
 func attachAndMount(f *os.File, dev, img, target, fstype string, flags uintptr, data string) (done bool, err error) {
 	lf, err := os.OpenFile(dev, os.O_RDWR, 0)
 	if err != nil {
 		return true, fmt.Errorf("loop mount: %w", err)
 	}
-	mounted := false
-	defer func() { // with autoclear, a failed mount detaches the device here
-		if !mounted {
-			lf.Close()
-		}
-	}()
+	defer lf.Close() // with autoclear, a failed mount detaches the device here
 	cfg := unix.LoopConfig{Fd: uint32(f.Fd()), Info: unix.LoopInfo64{Flags: unix.LO_FLAGS_AUTOCLEAR}}
 	copy(cfg.Info.File_name[:unix.LO_NAME_SIZE-1], img)
 	if err := unix.IoctlLoopConfigure(int(lf.Fd()), &cfg); err != nil {
@@ -144,17 +142,33 @@ func attachAndMount(f *os.File, dev, img, target, fstype string, flags uintptr, 
 	if err := unix.Mount(dev, target, fstype, flags, data); err != nil {
 		return true, fmt.Errorf("loop mount: mount %s (%s) on %s: %w", dev, img, target, err)
 	}
-	mounted = true
-	go directIO(lf)
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err == nil {
+		time.AfterFunc(dioDelay, func() { directIO(dev, st.Dev, st.Ino) })
+	}
 	return true, nil
 }
 
-// directIO turns on direct I/O for the loop device lf and closes it. A
-// filesystem without O_DIRECT refuses, and a device detached meanwhile
-// (its sandbox gone) fails: both keep buffered I/O, which is correct.
-func directIO(lf *os.File) {
+// dioDelay is how long a loop device runs with buffered I/O after its
+// mount (see attachAndMount).
+var dioDelay = 10 * time.Second
+
+// directIO turns on direct I/O for the loop device dev if it still holds
+// the image with device and inode numbers imgDev and imgIno (the sandbox
+// may be gone, and the device another's). A filesystem without O_DIRECT
+// refuses, and a device detached meanwhile fails: both keep buffered I/O,
+// which is correct.
+func directIO(dev string, imgDev, imgIno uint64) {
+	lf, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		return
+	}
+	defer lf.Close()
+	info, err := unix.IoctlLoopGetStatus64(int(lf.Fd()))
+	if err != nil || info.Device != imgDev || info.Inode != imgIno {
+		return
+	}
 	_ = unix.IoctlSetInt(int(lf.Fd()), unix.LOOP_SET_DIRECT_IO, 1)
-	lf.Close()
 }
 
 // DiskUsage reads the used and total bytes of the disk of the sandbox dir

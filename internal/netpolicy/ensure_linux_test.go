@@ -5,8 +5,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/moatsh/moat/internal/bench"
+	"github.com/moatsh/moat/internal/testkit"
 	"github.com/vishvananda/netlink"
 )
 
@@ -69,4 +74,76 @@ func TestSetupSkipsAddressesOnHost(t *testing.T) {
 		t.Errorf("onHost: %s (leftover) %v, %s (host side) %v, %s (in the netns) %v, %s (unused) %v", sb0, onHost(sb0),
 			n.HostAddr, onHost(n.HostAddr), n.SandboxAddr, onHost(n.SandboxAddr), unused, onHost(unused))
 	}
+}
+
+// A sandbox's veth has one queue each way on both ends, asked for at
+// creation (see createVeth).
+func TestVethOneQueue(t *testing.T) {
+	m := testManager(t)
+	ctx := context.Background()
+	id := testID(t)
+	n, err := m.Setup(ctx, id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Teardown(ctx, id) })
+	queues := func() string {
+		var out []string
+		for _, d := range []string{"tx-*", "rx-*"} {
+			qs, _ := filepath.Glob(filepath.Join("/sys/class/net", n.HostIf, "queues", d))
+			out = append(out, fmt.Sprint(len(qs)))
+		}
+		return strings.Join(out, " ")
+	}
+	if got := queues(); got != "1 1" {
+		t.Errorf("host side %s: tx rx queues %s, want 1 1", n.HostIf, got)
+	}
+	l, err := netlink.LinkByName(n.HostIf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := l.Attrs(); a.NumTxQueues != 1 || a.NumRxQueues != 1 {
+		t.Errorf("host side %s: %d tx, %d rx queues allocated, want 1 and 1", n.HostIf, a.NumTxQueues, a.NumRxQueues)
+	}
+	inNetns(t, n.NSPath, func() {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if a := l.Attrs(); a.NumTxQueues != 1 || a.NumRxQueues != 1 {
+			t.Errorf("eth0: %d tx, %d rx queues allocated, want 1 and 1", a.NumTxQueues, a.NumRxQueues)
+		}
+	})
+}
+
+// BenchmarkVethCreate times making and deleting a veth pair with its
+// queues asked for against the kernel's default (one per CPU, cut to one
+// after registration), in the same process.
+func BenchmarkVethCreate(b *testing.B) {
+	testkit.RequireRoot(b)
+	pair := func(asked bool) time.Duration {
+		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "tnbench0"}, PeerName: "tnbench1"}
+		if asked {
+			v.NumTxQueues, v.NumRxQueues, v.PeerNumTxQueues, v.PeerNumRxQueues = 1, 1, 1, 1
+		}
+		start := time.Now()
+		if err := netlink.LinkAdd(v); err != nil {
+			b.Fatal(err)
+		}
+		d := time.Since(start)
+		if err := netlink.LinkDel(v); err != nil {
+			b.Fatal(err)
+		}
+		return d
+	}
+	var asked, dflt bench.Series
+	for b.Loop() {
+		dflt.Samples, asked.Samples = append(dflt.Samples, pair(false)), append(asked.Samples, pair(true))
+	}
+	ma, md := asked.Median().Seconds()*1000, dflt.Median().Seconds()*1000
+	b.ReportMetric(ma, "asked-ms/create")
+	b.ReportMetric(md, "default-ms/create")
+	b.Logf("veth pair creation: %.2f ms with one queue asked for, %.2f ms with the default (ratio %.2f), median of %d",
+		ma, md, ma/md, len(asked.Samples))
 }
