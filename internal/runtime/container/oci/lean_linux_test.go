@@ -2,6 +2,7 @@ package oci
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,10 +108,7 @@ func TestLeanNamespace(t *testing.T) {
 	var out strings.Builder
 	cmd := exec.Command("sh", "-c", "cat /proc/self/mountinfo; cat "+filepath.Join(a, "rootfs", "marker")+" "+filepath.Join(a, "disk", "marker")+" "+filepath.Join(vol, "marker")+" "+ns)
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := o.lean.start(cmd, a); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
+	if err := o.lean.run(cmd, a); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
 	got := out.String()
@@ -144,5 +142,27 @@ func TestLeanNamespace(t *testing.T) {
 	hostAfter, err := mountinfo.Read(mountinfo.Path)
 	if err != nil || len(hostAfter) != len(hostBefore) {
 		t.Fatalf("the host's mounts went from %d to %d (%v)", len(hostBefore), len(hostAfter), err)
+	}
+}
+
+// The thread that starts a command in a lean namespace stays in it until
+// the command ended, so that the command's exit does not free the
+// namespace (and wait for an RCU grace period) while Moat waits for it.
+func TestLeanThreadOutlivesCommand(t *testing.T) {
+	testkit.RequireRoot(t)
+	o := &CLI{Name: "crun"}
+	if err := o.EnableLean(filepath.Join(t.TempDir(), "sandboxes")); err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	script := fmt.Sprintf(`me=$(readlink /proc/self/ns/mnt); sleep 0.2; for t in /proc/%d/task/*; do [ "$(readlink $t/ns/mnt)" = "$me" ] && echo held; done; true`, os.Getpid())
+	var out strings.Builder
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := o.lean.runWith(cmd, nil); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "held") {
+		t.Errorf("no thread of the server was in the command's namespace while it ran: %q", out.String())
 	}
 }

@@ -29,13 +29,10 @@ func (o *CLI) RunCmd(cmd *exec.Cmd) error {
 	if !o.hideCgroup2 {
 		return cmd.Run()
 	}
-	var err error
 	if l := o.lean; l != nil && !l.closed.Load() {
-		err = l.startWith(cmd, nil)
-	} else {
-		err = startHidden(cmd)
+		return l.runWith(cmd, nil)
 	}
-	if err != nil {
+	if err := startHidden(cmd); err != nil {
 		return err
 	}
 	return cmd.Wait()

@@ -222,10 +222,7 @@ func (o *CLI) detached(ctx context.Context, log *os.File, bundle string, args ..
 	err := o.runSealed(ctx, args, func(cmd *exec.Cmd) error {
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, log, log
 		if l := o.leanFor(bundle); l != nil {
-			if err := l.start(cmd, bundle); err != nil {
-				return err
-			}
-			return cmd.Wait()
+			return l.run(cmd, bundle)
 		}
 		return o.RunCmd(cmd)
 	})
