@@ -2,6 +2,7 @@ package hostfs
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/moatsh/moat/internal/bench"
+	"github.com/moatsh/moat/internal/bench/benchpair"
 	"github.com/moatsh/moat/internal/mountinfo"
 	"github.com/moatsh/moat/internal/sparse"
 	"github.com/moatsh/moat/internal/testkit"
@@ -155,13 +156,8 @@ func BenchmarkDiskAttach(b *testing.B) {
 		os.Remove(img)
 		return d
 	}
-	var now, before bench.Series
-	for b.Loop() {
-		before.Samples, now.Samples = append(before.Samples, attach(imgs["before"])), append(now.Samples, attach(imgs["now"]))
-	}
-	mn, mb := now.Median().Seconds()*1000, before.Median().Seconds()*1000
-	b.ReportMetric(mn, "ms/attach")
-	b.ReportMetric(mb, "with-resize-inode-ms/attach")
-	b.Logf("disk copy+attach+mount: %.2f ms (%d KiB of metadata), %.2f ms with a resize inode (%d KiB), ratio %.2f, median of %d",
-		mn, dataKiB(b, imgs["now"]), mb, dataKiB(b, imgs["before"]), mn/mb, len(now.Samples))
+	benchpair.Compare(b, fmt.Sprintf("disk copy+attach+mount (%d KiB of metadata; with a resize inode %d KiB)",
+		dataKiB(b, imgs["now"]), dataKiB(b, imgs["before"])),
+		benchpair.Way{Name: "no-resize-inode", Run: func() time.Duration { return attach(imgs["now"]) }},
+		benchpair.Way{Name: "resize-inode", Run: func() time.Duration { return attach(imgs["before"]) }})
 }

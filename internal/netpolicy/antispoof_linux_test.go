@@ -1,7 +1,6 @@
 package netpolicy
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -179,16 +178,10 @@ func arpPacket(mac net.HardwareAddr, spa, tpa netip.Addr) []byte {
 // address never leave the host, IPv6 from a sandbox never does, and ARP
 // from a sandbox cannot teach the host a neighbour for another address.
 func TestAntiSpoofing(t *testing.T) {
-	ctx := context.Background()
 	m := testManager(t)
 	var nets []*Net
 	for _, internet := range []bool{true, false} {
-		id := testID(t)
-		n, err := m.Setup(ctx, id, internet)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = m.Teardown(ctx, id) })
+		n := setUp(t, m, testID(t), internet)
 		nets = append(nets, n)
 	}
 	a, b := nets[0], nets[1]

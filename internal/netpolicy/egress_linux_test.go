@@ -149,11 +149,7 @@ func TestEgressPolicy(t *testing.T) {
 	if err := m.SetEgress(ctx, id, Egress{Deny: pfx("0.0.0.0/0"), Internet: true}); err != nil {
 		t.Fatal(err)
 	}
-	n, err := m.Setup(ctx, id, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Teardown(ctx, id) })
+	n := setUp(t, m, id, true)
 
 	t.Log("deny all (0.0.0.0/0 denies IPv6 too)")
 	reach(t, n, one, false)
@@ -177,6 +173,7 @@ func TestEgressPolicy(t *testing.T) {
 
 	t.Log("an established connection survives an update that keeps it allowed")
 	var c net.Conn
+	var err error
 	inNetns(t, n.NSPath, func() { c, err = net.DialTimeout("tcp", one, 3*time.Second) })
 	if err != nil {
 		t.Fatal(err)

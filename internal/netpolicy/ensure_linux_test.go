@@ -1,7 +1,6 @@
 package netpolicy
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -10,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moatsh/moat/internal/bench"
+	"github.com/moatsh/moat/internal/bench/benchpair"
 	"github.com/moatsh/moat/internal/testkit"
 	"github.com/vishvananda/netlink"
 )
@@ -20,16 +19,10 @@ import (
 // wired up without its firewall.
 func TestSetupReinstallsMissingTable(t *testing.T) {
 	m := testManager(t)
-	ctx := context.Background()
 	if err := m.fw.Delete(); err != nil {
 		t.Fatal(err)
 	}
-	id := testID(t)
-	n, err := m.Setup(ctx, id, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Teardown(ctx, id) })
+	n := setUp(t, m, testID(t), false)
 	hostAll := listen(t, "0.0.0.0:0").Addr().(*net.TCPAddr).Port
 	inNetns(t, n.NSPath, func() {
 		if err := dial(fmt.Sprintf("%s:%d", n.HostAddr, hostAll)); err == nil {
@@ -43,7 +36,6 @@ func TestSetupReinstallsMissingTable(t *testing.T) {
 // out.
 func TestSetupSkipsAddressesOnHost(t *testing.T) {
 	m := testManager(t)
-	ctx := context.Background()
 	m.mu.Lock()
 	next := m.alloc.next
 	h0, sb0 := m.alloc.addrs(next)
@@ -60,12 +52,7 @@ func TestSetupSkipsAddressesOnHost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	id := testID(t)
-	n, err := m.Setup(ctx, id, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Teardown(ctx, id) })
+	n := setUp(t, m, testID(t), false)
 	if n.HostAddr == h0 || n.HostAddr == h1 {
 		t.Fatalf("sandbox got host address %s, whose /30 has an address on the host", n.HostAddr)
 	}
@@ -80,13 +67,7 @@ func TestSetupSkipsAddressesOnHost(t *testing.T) {
 // creation (see createVeth).
 func TestVethOneQueue(t *testing.T) {
 	m := testManager(t)
-	ctx := context.Background()
-	id := testID(t)
-	n, err := m.Setup(ctx, id, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Teardown(ctx, id) })
+	n := setUp(t, m, testID(t), false)
 	queues := func() string {
 		var out []string
 		for _, d := range []string{"tx-*", "rx-*"} {
@@ -137,13 +118,7 @@ func BenchmarkVethCreate(b *testing.B) {
 		}
 		return d
 	}
-	var asked, dflt bench.Series
-	for b.Loop() {
-		dflt.Samples, asked.Samples = append(dflt.Samples, pair(false)), append(asked.Samples, pair(true))
-	}
-	ma, md := asked.Median().Seconds()*1000, dflt.Median().Seconds()*1000
-	b.ReportMetric(ma, "asked-ms/create")
-	b.ReportMetric(md, "default-ms/create")
-	b.Logf("veth pair creation: %.2f ms with one queue asked for, %.2f ms with the default (ratio %.2f), median of %d",
-		ma, md, ma/md, len(asked.Samples))
+	benchpair.Compare(b, "veth pair creation",
+		benchpair.Way{Name: "one-queue-asked", Run: func() time.Duration { return pair(true) }},
+		benchpair.Way{Name: "default-queues", Run: func() time.Duration { return pair(false) }})
 }

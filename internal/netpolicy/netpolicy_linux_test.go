@@ -35,6 +35,17 @@ func testID(t *testing.T) string {
 	return "t" + hex.EncodeToString(b)
 }
 
+// setUp sets up sandbox id's network, torn down when the test ends.
+func setUp(t *testing.T, m *Manager, id string, internet bool) *Net {
+	t.Helper()
+	n, err := m.Setup(context.Background(), id, internet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Teardown(context.Background(), id) })
+	return n
+}
+
 // testManager uses its own table, interface prefix and subnet so it never
 // touches a running server's objects.
 func testManager(t *testing.T) *Manager {

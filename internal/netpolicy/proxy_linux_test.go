@@ -223,11 +223,7 @@ func TestDomainEgress(t *testing.T) {
 	if err := m.SetEgress(ctx, id, Egress{Deny: deny, Internet: true, Domains: []string{"api.allowed.test"}}); err != nil {
 		t.Fatal(err)
 	}
-	n, err := m.Setup(ctx, id, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Teardown(ctx, id) })
+	n := setUp(t, m, id, true)
 
 	in := func(fn func()) { inNetns(t, n.NSPath, fn) }
 	in(func() {

@@ -1,7 +1,6 @@
 package netpolicy
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -138,17 +137,11 @@ func waitHostnets(t *testing.T, m *Manager, p netip.Prefix, want bool) {
 // other network the host is directly connected to, or an operator's deny
 // prefix; the block list follows address changes made after New.
 func TestHostNetworksBlocked(t *testing.T) {
-	ctx := context.Background()
 	m := testManager(t)
 	md := testManagerScope(t, "moattd", "td", "10.203.0.0/16",
 		WithDenyPrefixes([]netip.Prefix{netip.MustParsePrefix("198.19.72.0/24"), netip.MustParsePrefix("2001:db8:72::/64")}))
 	setup := func(m *Manager) *Net {
-		id := testID(t)
-		n, err := m.Setup(ctx, id, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = m.Teardown(ctx, id) })
+		n := setUp(t, m, testID(t), true)
 		return n
 	}
 	sb, sbDeny := setup(m), setup(md)

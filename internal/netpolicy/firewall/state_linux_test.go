@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/nftables"
 
-	"github.com/moatsh/moat/internal/bench"
+	"github.com/moatsh/moat/internal/bench/benchpair"
 	"github.com/moatsh/moat/internal/testkit"
 )
 
@@ -231,14 +231,7 @@ func BenchmarkSandboxSets(b *testing.B) {
 		}
 		return time.Since(start)
 	}
-	var held, read bench.Series
-	for b.Loop() {
-		read.Samples = append(read.Samples, cycle(true))
-		held.Samples = append(held.Samples, cycle(false))
-	}
-	mh, mr := held.Median().Seconds()*1000, read.Median().Seconds()*1000
-	b.ReportMetric(mh, "held-ms/sandbox")
-	b.ReportMetric(mr, "read-ms/sandbox")
-	b.Logf("one sandbox's set changes among %d: %.2f ms with the record, %.2f ms reading the sets back (ratio %.2f), median of %d",
-		others, mh, mr, mh/mr, len(held.Samples))
+	benchpair.Compare(b, fmt.Sprintf("one sandbox's set changes among %d", others),
+		benchpair.Way{Name: "record", Run: func() time.Duration { return cycle(false) }},
+		benchpair.Way{Name: "sets-read-back", Run: func() time.Duration { return cycle(true) }})
 }

@@ -12,7 +12,7 @@ import (
 
 	"modernc.org/sqlite"
 
-	"github.com/moatsh/moat/internal/bench"
+	"github.com/moatsh/moat/internal/bench/benchpair"
 )
 
 // counting counts the statements its connections prepare.
@@ -200,13 +200,7 @@ func BenchmarkKeptStatement(b *testing.B) {
 		}
 		return time.Since(start) / 100
 	}
-	var k, p bench.Series
-	for b.Loop() {
-		p.Samples, k.Samples = append(p.Samples, lookup(plain)), append(k.Samples, lookup(kept))
-	}
-	mk, mp := k.Median().Seconds()*1e6, p.Median().Seconds()*1e6
-	b.ReportMetric(mk, "kept-µs/query")
-	b.ReportMetric(mp, "prepared-µs/query")
-	b.Logf("lookup by key: %.1f µs with the kept statement, %.1f µs preparing it each time (ratio %.2f), median of %d",
-		mk, mp, mk/mp, len(k.Samples))
+	benchpair.Compare(b, "lookup by key",
+		benchpair.Way{Name: "kept", Run: func() time.Duration { return lookup(kept) }},
+		benchpair.Way{Name: "prepared-per-run", Run: func() time.Duration { return lookup(plain) }})
 }

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/moatsh/moat/internal/bench"
+	"github.com/moatsh/moat/internal/bench/benchpair"
 	"github.com/moatsh/moat/internal/testkit"
 )
 
@@ -113,14 +113,9 @@ func BenchmarkSealedRuntime(b *testing.B) {
 		}
 		return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	}
-	var own, sealed bench.Series
-	for b.Loop() {
-		own.Samples, sealed.Samples = append(own.Samples, cpu(plain)), append(sealed.Samples, cpu(o))
-	}
-	mo, ms := own.Median().Seconds()*1000, sealed.Median().Seconds()*1000
-	b.ReportMetric(mo, "own-cpu-ms/run")
-	b.ReportMetric(ms, "sealed-cpu-ms/run")
-	b.Logf("crun list: own file %.2f ms CPU, sealed copy %.2f ms (ratio %.2f), median of %d", mo, ms, ms/mo, len(own.Samples))
+	benchpair.Compare(b, "crun list, CPU",
+		benchpair.Way{Name: "sealed-copy", Run: func() time.Duration { return cpu(o) }},
+		benchpair.Way{Name: "own-file", Run: func() time.Duration { return cpu(plain) }})
 }
 
 // Should the kernel refuse to run the sealed copy, the command runs from
