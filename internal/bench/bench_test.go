@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -82,4 +83,15 @@ func FuzzParseBusy(f *testing.F) {
 			t.Fatal("negative busy time")
 		}
 	})
+}
+
+// The table names the slowest sandbox, which the trimmed percentiles leave
+// out, with its create and first command apart.
+func TestPrintTTISlowest(t *testing.T) {
+	var b strings.Builder
+	PrintTTI(&b, "x", []TTIReport{{Mode: Burst, N: 2, TTI: Series{Samples: []time.Duration{time.Second, 5 * time.Second}},
+		Failures: map[string]int{}, Slowest: Slowest{Sandbox: "isb1", Create: 4900 * time.Millisecond, First: 100 * time.Millisecond}}})
+	if want := "slowest 5s: isb1 (create 4.9s, first command 100ms)"; !strings.Contains(b.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, b.String())
+	}
 }

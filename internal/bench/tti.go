@@ -50,6 +50,15 @@ type TTIReport struct {
 	// /proc/stat (0 where there is none): the server's, the sandboxes' and
 	// the client's work, less noisy than the wall time on a shared host.
 	HostCPU time.Duration
+	// Slowest is the successful sandbox that took longest, which the
+	// trimmed percentiles leave out: its ID finds it in the server's log.
+	Slowest Slowest
+}
+
+// Slowest is one sandbox's time to interactive in its two parts.
+type Slowest struct {
+	Sandbox       string
+	Create, First time.Duration // the create call; the first command after it
 }
 
 // RunTTI measures cfg.N sandboxes in cfg.Mode; every sandbox made is
@@ -69,7 +78,7 @@ func RunTTI(ctx context.Context, cfg TTIConfig) (TTIReport, error) {
 	var mu sync.Mutex
 	var made []*moat.Sandbox
 	one := func() {
-		d, sb, err := tti(ctx, cfg)
+		create, d, sb, err := tti(ctx, cfg)
 		mu.Lock()
 		defer mu.Unlock()
 		if sb != nil {
@@ -80,6 +89,9 @@ func RunTTI(ctx context.Context, cfg TTIConfig) (TTIReport, error) {
 			return
 		}
 		rep.TTI.Samples = append(rep.TTI.Samples, d)
+		if s := rep.Slowest; d > s.Create+s.First {
+			rep.Slowest = Slowest{Sandbox: sb.ID, Create: create, First: d - create}
+		}
 	}
 	cpu0, host0 := cpuTime(), hostBusy()
 	start := time.Now()
@@ -106,8 +118,9 @@ func RunTTI(ctx context.Context, cfg TTIConfig) (TTIReport, error) {
 	return rep, nil
 }
 
-// tti creates one sandbox and runs its first command.
-func tti(ctx context.Context, cfg TTIConfig) (time.Duration, *moat.Sandbox, error) {
+// tti creates one sandbox and runs its first command; it returns how long
+// the create took and the whole.
+func tti(ctx context.Context, cfg TTIConfig) (create, total time.Duration, _ *moat.Sandbox, _ error) {
 	start := time.Now()
 	opts := moat.CreateOptions{Template: cfg.Template, Timeout: 10 * time.Minute}
 	if cfg.Runtime != "" {
@@ -115,8 +128,9 @@ func tti(ctx context.Context, cfg TTIConfig) (time.Duration, *moat.Sandbox, erro
 	}
 	sb, err := cfg.Client.CreateSandbox(ctx, opts)
 	if err != nil {
-		return 0, nil, fmt.Errorf("create: %w", err)
+		return 0, 0, nil, fmt.Errorf("create: %w", err)
 	}
+	create = time.Since(start)
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	code, err := sb.Run(rctx, "true", moat.RunOptions{})
@@ -124,9 +138,9 @@ func tti(ctx context.Context, cfg TTIConfig) (time.Duration, *moat.Sandbox, erro
 		err = fmt.Errorf("exit code %d", code)
 	}
 	if err != nil {
-		return 0, sb, fmt.Errorf("first command: %w", err)
+		return create, 0, sb, fmt.Errorf("first command: %w", err)
 	}
-	return time.Since(start), sb, nil
+	return create, time.Since(start), sb, nil
 }
 
 func killAll(ctx context.Context, sbs []*moat.Sandbox) {
@@ -229,6 +243,10 @@ func PrintTTI(w io.Writer, label string, reps []TTIReport) {
 			r.Wall.Round(10*time.Millisecond), r.ClientCPU.Round(10*time.Millisecond), perSandbox)
 		for msg, n := range r.Failures {
 			fmt.Fprintf(w, "    %d × %s\n", n, msg)
+		}
+		if s := r.Slowest; s.Sandbox != "" {
+			fmt.Fprintf(w, "    slowest %v: %s (create %v, first command %v)\n", (s.Create + s.First).Round(time.Millisecond),
+				s.Sandbox, s.Create.Round(time.Millisecond), s.First.Round(time.Millisecond))
 		}
 	}
 }

@@ -514,10 +514,12 @@ func (r *Runtime) pushAll(ctx context.Context, id string, undo *cleanup.Stack) {
 	undo.Push(func() error { return r.deleteContainer(ctx, id) })
 }
 
-// deleteContainer kills and deletes the container and removes its cgroups.
+// deleteContainer kills and deletes the container and removes its cgroups:
+// `delete -f` kills what still runs (SIGKILL to the container's cgroup)
+// before it deletes, so one start of the OCI runtime does both (a `kill`
+// first was one start more per kill, ~3 ms of CPU).
 func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
 	name := r.containerName(id)
-	_, _ = r.oci.Run(ctx, "kill", name, "KILL")
 	_, err := r.oci.Run(ctx, "delete", "-f", name)
 	if errdefs.IsNotFound(err) {
 		err = nil
