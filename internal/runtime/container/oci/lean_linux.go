@@ -29,7 +29,7 @@ import (
 // The lean base is a copy of the host's namespace made once, private, with
 // every sandbox's, volume's and network namespace's mount taken out (see
 // perSandbox; and, on a hybrid cgroup host, the cgroup2 mount crun
-// refuses, see startHidden). Each `run` or `create` gets a namespace of
+// refuses, see runHidden). Each `run` or `create` gets a namespace of
 // its own copied from that base, into which a clone of its bundle's
 // mounts (open_tree) and of the bind mounts and namespace paths its
 // config.json takes from outside the bundle (volumes, its netns) is moved: crun then copies about thirty
@@ -40,7 +40,7 @@ import (
 type leanNS struct {
 	base   *os.File    // the base namespace (/proc/thread-self/ns/mnt of the thread that made it)
 	under  string      // the sandbox directories' directory: bundles under it start here
-	closed atomic.Bool // Close was called: RunCmd goes back to startHidden
+	closed atomic.Bool // Close was called: RunCmd goes back to runHidden
 }
 
 // EnableLean makes crun create containers in lean namespaces (see leanNS)

@@ -12,7 +12,7 @@ import (
 // cgroup2Mount is the cgroup2 mount of a hybrid host, which crun must not see.
 const cgroup2Mount = "/sys/fs/cgroup/unified"
 
-// The main thread must never run startHidden's goroutine: Go cannot end
+// The main thread must never run runHidden's goroutine: Go cannot end
 // it, so it would stay in that mount namespace for good, and
 // /proc/self/mountinfo, which shows the main thread's mounts, would go
 // stale (package hostfs would see sandboxes' mounts long unmounted). Locking
@@ -24,7 +24,7 @@ func init() { goruntime.LockOSThread() }
 // base has no cgroup2 mount either, and a copy of it costs the same
 // whatever the number of sandboxes, where a copy of the host's namespace
 // grew with their mounts: every kill and delete paid for it), else by
-// startHidden; without hideCgroup2 as usual.
+// runHidden; without hideCgroup2 as usual.
 func (o *CLI) RunCmd(cmd *exec.Cmd) error {
 	if !o.hideCgroup2 {
 		return cmd.Run()
@@ -32,20 +32,18 @@ func (o *CLI) RunCmd(cmd *exec.Cmd) error {
 	if l := o.lean; l != nil && !l.closed.Load() {
 		return l.runWith(cmd, nil)
 	}
-	if err := startHidden(cmd); err != nil {
-		return err
-	}
-	return cmd.Wait()
+	return runHidden(cmd)
 }
 
-// startHidden starts cmd from a new OS thread that has a private mount
-// namespace without the cgroup2 mount (crun refuses hybrid hosts
+// runHidden runs cmd to its end from a new OS thread that has a private
+// mount namespace without the cgroup2 mount (crun refuses hybrid hosts
 // otherwise): a child inherits the mount namespace of the thread that
 // forks it. This replaces `unshare -m sh -c 'umount …; exec crun'`, which
 // cost three more execs (~5 ms) per OCI runtime call. The thread is never
-// handed back to the Go scheduler (no UnlockOSThread): it exits with its
-// goroutine, and the namespace goes with the last process in it.
-func startHidden(cmd *exec.Cmd) error {
+// handed back to the Go scheduler (no UnlockOSThread): it waits for cmd
+// and exits with its goroutine, so that it, not cmd, frees the namespace
+// (see leanNS.runWith).
+func runHidden(cmd *exec.Cmd) error {
 	errc := make(chan error, 1)
 	go func() {
 		goruntime.LockOSThread()
@@ -58,7 +56,10 @@ func startHidden(cmd *exec.Cmd) error {
 			if err := unshareMounts(true); err != nil {
 				return fmt.Errorf("private mount namespace: %w", err)
 			}
-			return cmd.Start()
+			if err := cmd.Start(); err != nil {
+				return err
+			}
+			return cmd.Wait()
 		}()
 	}()
 	return <-errc

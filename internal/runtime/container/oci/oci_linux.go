@@ -55,7 +55,7 @@ func isHybrid() bool {
 }
 
 // Pick chooses the OCI runtime: override ("runc"/"crun") if set, else
-// crun when it works (on hybrid hosts in a private mount namespace, see startHidden), else runc.
+// crun when it works (on hybrid hosts in a private mount namespace, see runHidden), else runc.
 func Pick(ctx context.Context, log *slog.Logger, override, root string) (*CLI, error) {
 	hybrid := isHybrid()
 	try := func(name string) (*CLI, error) {
@@ -183,7 +183,7 @@ func (o *CLI) Create(ctx context.Context, bundle, name, pidFile string, log *os.
 // exec.fifo for writing, unlink it, write one byte, which releases the
 // waiting init into the process's exec. That saves starting crun itself,
 // ~4–7 ms here (exec, dynamic linking, and the private mount namespace of
-// startHidden), which was most of a create from a slot. A fifo that is
+// runHidden), which was most of a create from a slot. A fifo that is
 // not there (another crun's protocol) falls back to `start`; an init that
 // is gone fails at once (ENXIO: no reader), where `start` would fail too.
 // Other runtimes run `start`.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 
@@ -60,8 +61,8 @@ func (o *CLI) CompileSeccomp(ctx context.Context, profile *specs.LinuxSeccomp) (
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
 		return nil, fmt.Errorf("compile seccomp: %w", err)
 	}
-	c := &CLI{Name: o.Name, bin: o.bin, sealed: o.sealed, own: o.own, log: o.log, Root: filepath.Join(tmp, "state"), hideCgroup2: o.hideCgroup2,
-		flags: []string{"--cgroup-manager=disabled"}}
+	c := *o // the same binary (sealed copy and fallback too), its own state root, no cgroups, no lean namespace
+	c.Root, c.flags, c.lean = filepath.Join(tmp, "state"), []string{"--cgroup-manager=disabled"}, nil
 	id := "moat-seccomp-" + strconv.Itoa(os.Getpid())
 	if err := c.create(ctx, bundle, id, filepath.Join(tmp, "create.log")); err != nil {
 		return nil, fmt.Errorf("compile seccomp: %w", err)
@@ -93,9 +94,11 @@ func (o *CLI) create(ctx context.Context, bundle, id, logPath string) error {
 		return err
 	}
 	defer log.Close()
-	cmd := o.Command(ctx, "create", "--bundle", bundle, id)
-	cmd.Stderr = log
-	if err := o.RunCmd(cmd); err != nil {
+	err = o.runSealed(ctx, []string{"create", "--bundle", bundle, id}, func(cmd *exec.Cmd) error {
+		cmd.Stderr = log
+		return o.RunCmd(cmd)
+	})
+	if err != nil {
 		msg, _ := os.ReadFile(logPath)
 		return fmt.Errorf("%s create: %w: %s", o.Name, err, bytes.TrimSpace(msg))
 	}
