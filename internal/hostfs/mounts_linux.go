@@ -118,15 +118,15 @@ func unmount(p string) error {
 
 // RemoveDir deletes the sandbox directory, refusing while one of mounts
 // or a volume is still a mount point (RemoveAll would otherwise walk into
-// the template, or delete a volume's files), and refusing too when the
-// mount table cannot be read: on this destructive path not knowing is no.
+// the template, or delete a volume's files), and refusing too when that
+// cannot be told: on this destructive path not knowing is no.
 func RemoveDir(dir string) error {
-	points, err := mountPoints()
-	if err != nil {
-		return fmt.Errorf("remove %s: read the mount table: %w", dir, err)
-	}
 	for _, m := range append(volumeMountPoints(dir), mounts...) {
-		if slices.Contains(points, filepath.Join(dir, m)) {
+		on, err := mounted(filepath.Join(dir, m))
+		if err != nil {
+			return fmt.Errorf("remove %s: %w", dir, err)
+		}
+		if on {
 			return fmt.Errorf("remove %s: %s still mounted", dir, m)
 		}
 	}
@@ -136,9 +136,35 @@ func RemoveDir(dir string) error {
 	return nil
 }
 
-// mountPoints lists the mount points of /proc/self/mountinfo (a variable
-// so that a test can make the read fail).
-var mountPoints = mountinfo.Points
+// mounted says whether p is a mount point of this mount namespace (a
+// variable so that a test can make it fail). It asks statx(2) for p's
+// STATX_ATTR_MOUNT_ROOT (Linux ≥ 5.8): reading the mount table instead
+// costs O(mounts on the host), and every kill asks this of its sandbox's
+// mount points, so a host of n sandboxes spent O(n²) on its kills (1.5 ms
+// per kill with 100 sandboxes). A kernel that does not report the
+// attribute gets the mount table.
+var mounted = func(p string) (bool, error) {
+	var st unix.Statx_t
+	err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, unix.STATX_TYPE, &st)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("stat %s: %w", p, err)
+	case st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0:
+		return st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, nil
+	}
+	return inMountTable(p)
+}
+
+// inMountTable says whether p is a mount point by the mount table.
+func inMountTable(p string) (bool, error) {
+	points, err := mountinfo.Points()
+	if err != nil {
+		return false, fmt.Errorf("read the mount table: %w", err)
+	}
+	return slices.Contains(points, p), nil
+}
 
 // Tail returns up to n bytes from the end of a file (an envd log, for
 // error messages), without surrounding white space.
