@@ -47,3 +47,29 @@ func TestReapKeepsOwnChildren(t *testing.T) {
 		t.Fatalf("own child: Wait = %v, want exit status 7", err)
 	}
 }
+
+// TestAnyExited: a child that exited and was not waited for is seen, and
+// stays for its Wait; with none left the pass lists nothing.
+func TestAnyExited(t *testing.T) {
+	if anyExited() {
+		t.Fatal("an exited child before any was started")
+	}
+	c := exec.Command("sh", "-c", "exit 3")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the child to exit", anyExited)
+	if !anyExited() {
+		t.Fatal("asking took the child's exit")
+	}
+	err := c.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+		t.Fatalf("Wait = %v, want exit status 3", err)
+	}
+	if anyExited() {
+		t.Fatal("an exited child after its Wait")
+	}
+	if n := Reap(); n != 0 {
+		t.Fatalf("Reap with no exited child reaped %d", n)
+	}
+}
