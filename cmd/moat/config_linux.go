@@ -36,11 +36,11 @@ func (b *backendFlags) register(cmd *cobra.Command) {
 	f.StringVar(&b.vmInit, "vminit", envOr("", "MOAT_VMINIT"),
 		"vm runtime: the moat-vminit binary (env MOAT_VMINIT; default: next to the moat binary, else on PATH)")
 	f.IntVar(&b.vmPrelaunch, "vm-prelaunch", 1,
-		"vm runtime: QEMUs launched ahead, waiting for the snapshot, per template and size that was created before; 0 turns them off (default 1)")
+		"vm runtime: QEMUs launched ahead, waiting for the snapshot, per template and size that was created before; 0 turns them off")
 	f.IntVar(&b.containerPrelaunch, "container-prelaunch", 1,
-		"container runtime: containers created ahead (not started) per template and size that was created before; 0 turns them off (default 1)")
+		"container runtime: containers created ahead (not started) per template and size that was created before; 0 turns them off")
 	f.IntVar(&b.vmKeepPaused, "vm-keep-paused", 4,
-		"vm runtime: paused sandboxes (without volumes) whose QEMU stays, stopped, for 5 minutes, so that their resume only continues it; 0 turns it off (default 4)")
+		"vm runtime: paused sandboxes (without volumes) whose QEMU stays, stopped, for 5 minutes, so that their resume only continues it; 0 turns it off")
 	f.IntVar(&b.scope, "scope", 0,
 		"tests: a server beside the host's own, 1-9, whose host objects (cgroups, OCI state, network names and addresses, ID ranges, host lock) are named apart; 0 is the host scope")
 	f.StringVar(&b.vmNFSD, "nfsd", envOr("", "MOAT_NFSD"),

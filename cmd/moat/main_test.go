@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/moatsh/moat/api/envd/process"
 	"github.com/moatsh/moat/api/envd/process/processconnect"
@@ -194,4 +197,22 @@ func runCLI(args ...string) (stdout, stderr string, code int, err error) {
 		code, err = ee.code, nil
 	}
 	return out.String(), errOut.String(), code, err
+}
+
+// TestFlagUsageStatesDefaultOnce: the help prints a flag's non-zero
+// default itself ("(default 4)"); a usage text that says it too shows it
+// twice.
+func TestFlagUsageStatesDefaultOnce(t *testing.T) {
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if f.DefValue != "" && strings.Contains(f.Usage, "(default "+f.DefValue+")") {
+				t.Errorf("%s --%s: the usage repeats the default the help adds: %q", c.CommandPath(), f.Name, f.Usage)
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd(io.Discard, io.Discard))
 }
