@@ -24,6 +24,7 @@ import (
 	"github.com/moatsh/moat/internal/cloexec"
 	"github.com/moatsh/moat/internal/console"
 	"github.com/moatsh/moat/internal/events"
+	"github.com/moatsh/moat/internal/netpolicy"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/proxy"
 	"github.com/moatsh/moat/internal/runtime"
@@ -270,7 +271,8 @@ func Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer stopMetrics()
-	px := proxy.New(proxy.Config{Resolver: resolver{orch}, Domain: cfg.Domain, EnvdPort: cfg.EnvdPort, Logger: log})
+	px := proxy.New(proxy.Config{Resolver: resolver{orch}, Domain: cfg.Domain, EnvdPort: cfg.EnvdPort, Logger: log,
+		Explain: netpolicy.Explain})
 	orch.OnRemove(px.CloseSandbox) // a removed sandbox's streams end at once
 	local := localHandler(console.Mount(withJoin(mx.API(api), joins)), countedProxy(mx, px))
 	srv := newHTTPServer(node.front(cfg, local, orch, db), log)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 
 	"github.com/moatsh/moat/internal/errdefs"
 )
@@ -35,3 +36,6 @@ func (*Manager) SetEgress(context.Context, string, Egress) error { return errOS 
 
 // Recover fails outside Linux.
 func (*Manager) Recover(context.Context, []string) error { return errOS }
+
+// Explain has nothing to say outside Linux.
+func Explain(addr netip.Addr) string { return "" }

@@ -60,6 +60,10 @@ type Config struct {
 	Domain   string // when set, Host routing requires this suffix
 	EnvdPort int    // default 49983
 	Logger   *slog.Logger
+	// Explain, when set, describes how the host reaches a sandbox's
+	// address now (netpolicy.Explain); a request that fails for another
+	// reason than a refused connection or a gone client logs it.
+	Explain func(netip.Addr) string
 }
 
 // Proxy is an http.Handler.
@@ -287,7 +291,11 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": t.id, "message": "The request was cancelled", "code": 502})
 		return
 	}
-	p.log.Warn("proxy error", "sandboxID", t.id, "port", t.port, "err", err)
+	attrs := []any{"sandboxID", t.id, "port", t.port, "err", err}
+	if p.cfg.Explain != nil {
+		attrs = append(attrs, "network", p.cfg.Explain(t.addr))
+	}
+	p.log.Warn("proxy error", attrs...)
 	if _, ok := p.cfg.Resolver.Lookup(t.id); !ok {
 		writeNotFound(w, t.id)
 		return

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -248,5 +249,45 @@ func TestProxyStreams(t *testing.T) {
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("first chunk not flushed through the proxy")
+	}
+}
+
+// TestProxyErrorExplainsNetwork: a request whose upstream connection
+// breaks (not a refusal) is logged with Config.Explain's account of the
+// sandbox's address, so that a dial that timed out can be told apart
+// later (route, device, neighbour).
+func TestProxyErrorExplainsNetwork(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close() // accepted, then gone: not ECONNREFUSED
+		}
+	}()
+	var log strings.Builder
+	var asked []netip.Addr
+	p := New(Config{Resolver: fakeResolver{"iopen": {state: "running"}}, EnvdPort: l.Addr().(*net.TCPAddr).Port,
+		Logger:  slog.New(slog.NewTextHandler(&log, nil)),
+		Explain: func(a netip.Addr) string { asked = append(asked, a); return "route to it via lo" }})
+	req := httptest.NewRequest("GET", "/health", nil)
+	req.Header.Set(HeaderSandboxID, "iopen")
+	req.Header.Set(HeaderSandboxPort, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	rec := httptest.NewRecorder()
+	p.ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadGateway {
+		t.Fatalf("status %d, want 502: %s", rec.Code, rec.Body)
+	}
+	if len(asked) != 1 || asked[0] != netip.MustParseAddr("127.0.0.1") {
+		t.Fatalf("Explain asked for %v, want 127.0.0.1 once", asked)
+	}
+	if !strings.Contains(log.String(), `network="route to it via lo"`) {
+		t.Fatalf("the log lacks the explanation: %s", log.String())
 	}
 }
