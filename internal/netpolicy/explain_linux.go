@@ -7,12 +7,15 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/moatsh/moat/internal/netpolicy/firewall"
 	"golang.org/x/sys/unix"
 )
 
 // Explain describes how the host reaches addr at this moment: the route
-// the kernel picks, its device and the device's state, and the device's
-// neighbour entry for addr. It is for the log of a connection to a sandbox
+// the kernel picks, its device and the device's state, the device's
+// neighbour entry for addr, and the firewall's binding of the device to
+// addr (firewall.DescribeBinding). It is for the log of a connection to a sandbox
 // that failed (a proxy's dial that timed out names only the address, and
 // by the time anyone looks the sandbox is gone).
 func Explain(addr netip.Addr) string {
@@ -49,11 +52,11 @@ func Explain(addr netip.Addr) string {
 	}
 	for _, n := range neighs {
 		if n.IP.Equal(addr.AsSlice()) {
-			fmt.Fprintf(&b, ", neighbour %s %s", neighState(n.State), n.HardwareAddr)
+			fmt.Fprintf(&b, ", neighbour %s %s; %s", neighState(n.State), n.HardwareAddr, firewall.DescribeBinding(a.Name, addr))
 			return b.String()
 		}
 	}
-	b.WriteString(", no neighbour entry")
+	fmt.Fprintf(&b, ", no neighbour entry; %s", firewall.DescribeBinding(a.Name, addr))
 	return b.String()
 }
 

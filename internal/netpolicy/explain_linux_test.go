@@ -12,7 +12,7 @@ import (
 // the text names the device and its state.
 func TestExplain(t *testing.T) {
 	got := Explain(netip.MustParseAddr("127.0.0.1"))
-	if !strings.Contains(got, "route to 127.0.0.1 via lo (oper ") {
+	if !strings.Contains(got, "route to 127.0.0.1 via lo (oper ") || !strings.Contains(got, "lo bound to 127.0.0.1 in []") {
 		t.Fatalf("Explain(127.0.0.1) = %q", got)
 	}
 }
