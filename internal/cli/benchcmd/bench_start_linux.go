@@ -1,15 +1,15 @@
 package benchcmd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -190,44 +190,66 @@ func benchServer(ctx context.Context, dataDir, rt string, be app.Backends, pools
 }
 
 // benchServerWith runs a server with cfg (Addr, Logger, Stdout and Stderr
-// are set here) until stop, like benchServer.
+// are set here) until stop, like benchServer. The server listens on a
+// port the kernel picks and says which: picking a free port first and
+// listening on it later lost the port now and then to a connection made
+// in between ("bind: address already in use" between density runs).
 func benchServerWith(ctx context.Context, cfg app.Config) (*moat.Client, func(), error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, nil, err
-	}
-	addr := ln.Addr().String()
-	ln.Close()
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	cfg.Addr, cfg.Stdout, cfg.Stderr = addr, io.Discard, io.Discard
+	heard := &listenAddr{found: make(chan string, 1)}
+	cfg.Addr, cfg.Stdout, cfg.Stderr = "127.0.0.1:0", io.Discard, heard
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: serverLogLevel}))
 	dataDir := cfg.DataDir
 	go func() { done <- app.Serve(sctx, cfg) }()
 	stop := func() { cancel(); <-done }
-	base := "http://" + addr
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		select {
-		case err := <-done:
-			cancel()
-			return nil, nil, fmt.Errorf("server: %w", err)
-		default:
-		}
-		if resp, err := http.Get(base + "/health"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return nil, nil, errors.New("server did not listen within a minute")
-		}
+	var addr string
+	select {
+	case addr = <-heard.found:
+	case err := <-done:
+		cancel()
+		return nil, nil, fmt.Errorf("server: %w", err)
+	case <-time.After(time.Minute):
+		stop()
+		return nil, nil, errors.New("server did not listen within a minute")
 	}
+	base := "http://" + addr
 	key, err := app.CreateAPIKey(ctx, dataDir, store.DefaultTeam)
 	if err != nil {
 		stop()
 		return nil, nil, err
 	}
 	return &moat.Client{APIURL: base, APIKey: key}, stop, nil
+}
+
+// listenAddr takes the server's stderr (which has only its "moat listening
+// on ADDR" line; its log goes to its Logger) and sends ADDR to found once.
+type listenAddr struct {
+	mu    sync.Mutex
+	line  []byte
+	found chan string
+	sent  bool
+}
+
+func (l *listenAddr) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sent {
+		return len(p), nil
+	}
+	l.line = append(l.line, p...)
+	for {
+		i := bytes.IndexByte(l.line, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		if a, ok := strings.CutPrefix(string(l.line[:i]), "moat listening on "); ok {
+			l.found <- strings.TrimSpace(a)
+			l.sent, l.line = true, nil
+			return len(p), nil
+		}
+		l.line = l.line[i+1:]
+	}
 }
 
 // serverLogLevel is the in-process server's log level: WARN, or DEBUG with
