@@ -41,23 +41,27 @@ func Explain(addr netip.Addr) string {
 	if r.Gw != nil {
 		fmt.Fprintf(&b, " gateway %s", r.Gw)
 	}
+	fmt.Fprintf(&b, ", %s; %s", neighbour(r.LinkIndex, addr), firewall.DescribeBinding(a.Name, addr))
+	return b.String()
+}
+
+// neighbour describes the neighbour entry for addr on the device with
+// index link.
+func neighbour(link int, addr netip.Addr) string {
 	family := unix.AF_INET
 	if addr.Is6() {
 		family = unix.AF_INET6
 	}
-	neighs, err := netlink.NeighList(r.LinkIndex, family)
+	neighs, err := netlink.NeighList(link, family)
 	if err != nil {
-		fmt.Fprintf(&b, ", neighbours unreadable: %v", err)
-		return b.String()
+		return fmt.Sprintf("neighbours unreadable: %v", err)
 	}
 	for _, n := range neighs {
 		if n.IP.Equal(addr.AsSlice()) {
-			fmt.Fprintf(&b, ", neighbour %s %s; %s", neighState(n.State), n.HardwareAddr, firewall.DescribeBinding(a.Name, addr))
-			return b.String()
+			return fmt.Sprintf("neighbour %s %s", neighState(n.State), n.HardwareAddr)
 		}
 	}
-	fmt.Fprintf(&b, ", no neighbour entry; %s", firewall.DescribeBinding(a.Name, addr))
-	return b.String()
+	return "no neighbour entry"
 }
 
 // neighState names a neighbour's NUD state (rtnetlink(7)).
