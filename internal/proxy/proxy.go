@@ -61,8 +61,9 @@ type Config struct {
 	EnvdPort int    // default 49983
 	Logger   *slog.Logger
 	// Explain, when set, describes how the host reaches a sandbox's
-	// address now (netpolicy.Explain); a request that fails for another
-	// reason than a refused connection or a gone client logs it.
+	// address now (netpolicy.Explain); a request to a sandbox still there
+	// that fails for another reason than a refused connection or a gone
+	// client logs it.
 	Explain func(netip.Addr) string
 }
 
@@ -291,12 +292,13 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": t.id, "message": "The request was cancelled", "code": 502})
 		return
 	}
+	_, live := p.cfg.Resolver.Lookup(t.id)
 	attrs := []any{"sandboxID", t.id, "port", t.port, "err", err}
-	if p.cfg.Explain != nil {
+	if live && p.cfg.Explain != nil { // a gone sandbox's address explains nothing
 		attrs = append(attrs, "network", p.cfg.Explain(t.addr))
 	}
 	p.log.Warn("proxy error", attrs...)
-	if _, ok := p.cfg.Resolver.Lookup(t.id); !ok {
+	if !live {
 		writeNotFound(w, t.id)
 		return
 	}
