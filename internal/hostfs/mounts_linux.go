@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -121,8 +122,9 @@ func unmount(p string) error {
 // the template, or delete a volume's files), and refusing too when that
 // cannot be told: on this destructive path not knowing is no.
 func RemoveDir(dir string) error {
+	table := sync.OnceValues(mountTable) // only where statx cannot tell, and then once
 	for _, m := range append(volumeMountPoints(dir), mounts...) {
-		on, err := mounted(filepath.Join(dir, m))
+		on, err := mounted(filepath.Join(dir, m), table)
 		if err != nil {
 			return fmt.Errorf("remove %s: %w", dir, err)
 		}
@@ -142,8 +144,8 @@ func RemoveDir(dir string) error {
 // costs O(mounts on the host), and every kill asks this of its sandbox's
 // mount points, so a host of n sandboxes spent O(n²) on its kills (1.5 ms
 // per kill with 100 sandboxes). A kernel that does not report the
-// attribute gets the mount table.
-var mounted = func(p string) (bool, error) {
+// attribute gets the mount table from table.
+var mounted = func(p string, table func() ([]string, error)) (bool, error) {
 	var st unix.Statx_t
 	err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, unix.STATX_TYPE, &st)
 	switch {
@@ -154,12 +156,16 @@ var mounted = func(p string) (bool, error) {
 	case st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0:
 		return st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, nil
 	}
-	return inMountTable(p)
+	return inMountTable(p, table)
 }
 
+// mountTable lists this mount namespace's mount points (a variable so that
+// a test can count the reads).
+var mountTable = mountinfo.Points
+
 // inMountTable says whether p is a mount point by the mount table.
-func inMountTable(p string) (bool, error) {
-	points, err := mountinfo.Points()
+func inMountTable(p string, table func() ([]string, error)) (bool, error) {
+	points, err := table()
 	if err != nil {
 		return false, fmt.Errorf("read the mount table: %w", err)
 	}
