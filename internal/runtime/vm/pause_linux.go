@@ -145,8 +145,12 @@ func (r *Runtime) releaseQuit(ctx context.Context, id string, b *sandbox, pt *fr
 		r.log.WarnContext(ctx, "sandbox paused; cleanup incomplete", "sandbox", id, "err", err)
 	}
 	r.bg.Add(1)
+	hook := r.testHookTeardown
 	go func() {
 		defer r.bg.Done()
+		if hook != nil {
+			hook()
+		}
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		r.finishTeardown(ctx, id, b)

@@ -411,3 +411,31 @@ func createCountingPaused(t *testing.T, r *Runtime) (*runtime.Handle, int) {
 	}
 	return h, c
 }
+
+// TestRecoverWaitsForTeardown: a Recover on the runtime that just paused a
+// sandbox waits for the pause's background teardown; run into it, the
+// network's Recover read a veth that was half deleted ("has no address").
+func TestRecoverWaitsForTeardown(t *testing.T) {
+	r := testRuntime(t)
+	ctx := context.Background()
+	h := create(t, r)
+	r.testHookTeardown = func() { time.Sleep(time.Second) }
+	t.Cleanup(func() { r.testHookTeardown = nil })
+	if err := r.PauseFilesystem(ctx, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	hs, err := r.Recover(ctx, []string{h.ID})
+	if err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	if len(hs) != 1 || !hs[0].Paused {
+		t.Fatalf("Recover = %+v, want %s paused", hs, h.ID)
+	}
+	b, _ := r.boxes.Lookup(h.ID)
+	b.mu.Lock()
+	pending := b.teardown != nil
+	b.mu.Unlock()
+	if pending {
+		t.Error("Recover returned while the pause's background teardown had not run")
+	}
+}

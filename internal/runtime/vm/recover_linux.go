@@ -22,6 +22,9 @@ import (
 // everything of any other sandbox, unfinished template snapshots and
 // snapshots, and stray cgroups.
 func (r *Runtime) Recover(ctx context.Context, live []string) ([]*runtime.Handle, error) {
+	// A pause's background teardown (releaseQuit) still running would
+	// delete a veth while the network's Recover reads it.
+	r.bg.Wait()
 	errs := []error{r.net.Recover(ctx, live), r.spares.RemoveOthers()}
 	isLive := map[string]bool{}
 	for _, id := range live {

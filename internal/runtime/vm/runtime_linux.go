@@ -158,6 +158,10 @@ type Runtime struct {
 	vols   *volserver.Spawner // the sandboxes' volume servers (volumes_linux.go)
 	slots  *slots.Set         // QEMUs launched ahead (slots_linux.go)
 	kept   *kept.Set          // paused sandboxes' stopped QEMUs (kept_linux.go)
+
+	// testHookTeardown, when set, runs before each background teardown
+	// (tests make it late).
+	testHookTeardown func()
 }
 
 // sandbox is one VM's bookkeeping.
