@@ -97,7 +97,10 @@ func New(cfg Config) *Proxy {
 			if !ok {
 				return nil, errors.New("proxy: dial without a sandbox route")
 			}
-			c, err := dialer.DialContext(ctx, network, t.hostPort())
+			dial := func(ctx context.Context) (net.Conn, error) { return dialer.DialContext(ctx, network, t.hostPort()) }
+			c, err := raceDial(ctx, dial, dialStall, func() {
+				p.log.Warn("connect to sandbox stalled; racing a second one", "sandboxID", t.id, "port", t.port)
+			})
 			if err != nil {
 				return nil, err
 			}
