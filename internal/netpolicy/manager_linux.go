@@ -41,6 +41,7 @@ type Manager struct {
 	v6         bool              // the host has IPv6: sandboxes get IPv6 addresses
 
 	fw *firewall.Firewall // the scope's nftables tables
+	ct *ctSweeper         // freed slots whose conntrack entries are still to delete (conntrack_linux.go)
 
 	done      chan struct{} // closed by Close: stops the host network watcher
 	watching  sync.WaitGroup
@@ -64,7 +65,8 @@ func New(log *slog.Logger, opts ...Option) (*Manager, error) {
 		return nil, fmt.Errorf("netpolicy: bad scope: if prefix %q, subnet %s, IPv6 prefix %s", o.ifPrefix, o.subnet, o.subnet6)
 	}
 	m := &Manager{log: log.With("component", "netpolicy"), o: o, v6: ipv6Available(),
-		alloc: newAllocator(o.subnet), internet: map[string]bool{}, egress: map[string]Egress{}, done: make(chan struct{})}
+		alloc: newAllocator(o.subnet), internet: map[string]bool{}, egress: map[string]Egress{}, done: make(chan struct{}),
+		ct: newCTSweeper()}
 	if !m.v6 {
 		m.log.Info("the host has no IPv6: sandboxes get IPv4 only")
 	}
@@ -82,10 +84,14 @@ func New(log *slog.Logger, opts ...Option) (*Manager, error) {
 	if err := raiseNeighbourLimits(m.log, "/proc/sys"); err != nil { // neigh_linux.go
 		return nil, fmt.Errorf("netpolicy: %w", err)
 	}
-	m.watching.Add(1)
+	m.watching.Add(2)
 	go func() {
 		defer m.watching.Done()
 		m.watchHostNets(m.done)
+	}()
+	go func() {
+		defer m.watching.Done()
+		m.ct.run(context.Background(), m, m.done)
 	}()
 	if o.proxy != nil && o.proxy.UseBlocked != nil {
 		o.proxy.UseBlocked(m.Blocked)
@@ -171,11 +177,8 @@ func (m *Manager) Setup(ctx context.Context, id string, allowInternet bool) (_ *
 			retErr = errors.Join(retErr, undo.Run())
 		}
 	}()
+	slot, err := m.allocate(ctx, id)
 	m.mu.Lock()
-	slot, err := m.alloc.alloc(id, func(s int) bool {
-		h, sb := m.alloc.addrs(s)
-		return onHost(h) || onHost(sb)
-	})
 	policy, hasPolicy := m.egress[id]
 	if hasPolicy {
 		allowInternet = policy.Internet
@@ -262,11 +265,14 @@ func (m *Manager) teardown(ctx context.Context, id string, forget bool) error {
 		deleteLink(hostIf),
 		deleteNetns(m.o.netnsName(id)),
 	)
-	if up && m.o.proxy != nil && m.o.proxy.Rules != nil {
+	if up {
 		m.mu.Lock()
-		_, sb := m.alloc.addrs(slot)
+		n := m.netOf(id, slot)
 		m.mu.Unlock()
-		m.o.proxy.Rules(sb, ProxyRules{}) // before release: the slot may be reused at once
+		if m.o.proxy != nil && m.o.proxy.Rules != nil {
+			m.o.proxy.Rules(n.SandboxAddr, ProxyRules{}) // before release: the slot may be reused at once
+		}
+		m.ct.queue(slot, n.HostAddr, n.SandboxAddr, n.HostAddr6, n.SandboxAddr6)
 	}
 	m.release(id, forget)
 	if err != nil {
@@ -274,6 +280,26 @@ func (m *Manager) teardown(ctx context.Context, id string, forget bool) error {
 	}
 	m.log.DebugContext(ctx, "network down", "sandbox", id)
 	return nil
+}
+
+// allocate reserves a slot for id: not one whose addresses are on the
+// host, nor one whose conntrack entries are still to delete, unless only
+// those are free; then a sweep runs first.
+func (m *Manager) allocate(ctx context.Context, id string) (int, error) {
+	try := func() (int, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.alloc.alloc(id, func(s int) bool {
+			h, sb := m.alloc.addrs(s)
+			return m.ct.isPending(s) || onHost(h) || onHost(sb)
+		})
+	}
+	slot, err := try()
+	if errors.Is(err, errdefs.ErrResourceExhausted) && m.ct.hasPending() {
+		m.sweepConntrack(ctx)
+		slot, err = try()
+	}
+	return slot, err
 }
 
 // release frees id's addresses and, with forget, its policy.

@@ -13,7 +13,8 @@ import (
 
 // Recover rebuilds the allocator from the host-side veths of the sandboxes in
 // live and removes every netns, veth and set member in m's scope that belongs
-// to any other ID. It is meant for server start, before any Setup.
+// to any other ID, and the conntrack entries of every other address in the
+// scope. It is meant for server start, before any Setup.
 func (m *Manager) Recover(ctx context.Context, live []string) error {
 	liveIf := map[string]string{} // host ifname → id
 	for _, id := range live {
@@ -66,7 +67,7 @@ func (m *Manager) Recover(ctx context.Context, live []string) error {
 		}
 	}
 	isLive := func(ifname string) bool { _, ok := liveIf[ifname]; return ok }
-	errs = append(errs, m.fw.UnbindStale(isLive), m.fw.ClearStaleEgress(isLive))
+	errs = append(errs, m.fw.UnbindStale(isLive), m.fw.ClearStaleEgress(isLive), m.sweepStale(ctx))
 	return errors.Join(errs...)
 }
 

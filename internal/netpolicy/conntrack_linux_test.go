@@ -1,0 +1,164 @@
+package netpolicy
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+)
+
+// staleEntry puts an ESTABLISHED TCP entry from the host to n's envd port
+// into the host's conntrack table, as a sandbox whose network vanished
+// under an open connection leaves it.
+func staleEntry(t *testing.T, n *Net, sport uint16) {
+	t.Helper()
+	h, s := net.IP(n.HostAddr.AsSlice()), net.IP(n.SandboxAddr.AsSlice())
+	flow := &netlink.ConntrackFlow{FamilyType: unix.AF_INET, TimeOut: 3600,
+		Forward:   netlink.IPTuple{SrcIP: h, DstIP: s, SrcPort: sport, DstPort: 49983, Protocol: unix.IPPROTO_TCP},
+		Reverse:   netlink.IPTuple{SrcIP: s, DstIP: h, SrcPort: 49983, DstPort: sport, Protocol: unix.IPPROTO_TCP},
+		ProtoInfo: &netlink.ProtoInfoTCP{State: nl.TCP_CONNTRACK_ESTABLISHED}}
+	if err := netlink.ConntrackCreate(netlink.ConntrackTable, nl.FAMILY_V4, flow); err != nil {
+		t.Fatalf("create a conntrack entry: %v", err)
+	}
+	t.Cleanup(func() {
+		_, _ = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, nl.FAMILY_V4, addrFilter{n.SandboxAddr: true})
+	})
+}
+
+// entriesOf counts the host's conntrack entries with addr at either end.
+func entriesOf(t *testing.T, addr netip.Addr) int {
+	t.Helper()
+	flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, nl.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, f := 0, addrFilter{addr: true}
+	for _, fl := range flows {
+		if f.MatchConntrackFlow(fl) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTeardownDeletesConntrackEntries: a sandbox's conntrack entries go
+// with its network (left alone they stay ESTABLISHED for five days), and
+// its slot is handed out again only once they are gone: in a pool of two
+// /30s, a Setup right after a Teardown that needs the freed slot finds
+// its entries deleted.
+func TestTeardownDeletesConntrackEntries(t *testing.T) {
+	m := testManagerScope(t, "moattk", "tk", "10.207.0.0/29")
+	ctx := context.Background()
+	idA, idB := testID(t), testID(t)
+	a, err := m.Setup(ctx, idA, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setUp(t, m, idB, false)
+	staleEntry(t, a, 40001)
+	staleEntry(t, a, 40002)
+	if got := entriesOf(t, a.SandboxAddr); got != 2 {
+		t.Fatalf("%d conntrack entries for %s before the teardown, want 2", got, a.SandboxAddr)
+	}
+	if err := m.Teardown(ctx, idA); err != nil {
+		t.Fatal(err)
+	}
+	c := setUp(t, m, testID(t), false) // only A's slot is free
+	if c.SandboxAddr != a.SandboxAddr {
+		t.Fatalf("the third sandbox got %s, want the freed %s", c.SandboxAddr, a.SandboxAddr)
+	}
+	if got := entriesOf(t, a.SandboxAddr); got != 0 {
+		t.Errorf("%d conntrack entries of the torn-down sandbox's address when it was handed out again", got)
+	}
+}
+
+// TestConntrackSweptInBackground: without a Setup waiting for the slot,
+// the sweeper deletes a torn-down sandbox's entries within a moment.
+func TestConntrackSweptInBackground(t *testing.T) {
+	m := testManager(t)
+	id := testID(t)
+	n, err := m.Setup(context.Background(), id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staleEntry(t, n, 40003)
+	if err := m.Teardown(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for entriesOf(t, n.SandboxAddr) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the torn-down sandbox's conntrack entry is still there after 10 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if m.ct.hasPending() {
+		t.Error("its slot is still pending after the sweep")
+	}
+}
+
+func TestAddrFilter(t *testing.T) {
+	a, other := netip.MustParseAddr("10.9.0.2"), net.ParseIP("10.9.0.6")
+	f := addrFilter{a: true}
+	ip := net.IP(a.AsSlice())
+	for _, tc := range []struct {
+		name string
+		flow netlink.ConntrackFlow
+		want bool
+	}{
+		{"to it", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: other, DstIP: ip}}, true},
+		{"from it", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: ip, DstIP: other}}, true},
+		{"reply to it (NAT)", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: other, DstIP: other}, Reverse: netlink.IPTuple{SrcIP: other, DstIP: ip}}, true},
+		{"as a v4-mapped v6 address", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: ip.To16(), DstIP: other}}, true},
+		{"another address", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: other, DstIP: other}}, false},
+		{"no addresses", netlink.ConntrackFlow{}, false},
+	} {
+		if got := f.MatchConntrackFlow(&tc.flow); got != tc.want {
+			t.Errorf("%s: match = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	scope := scopeFilter{ranges: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")}, live: addrFilter{netip.MustParseAddr("10.9.0.6"): true}}
+	outside := net.ParseIP("192.0.2.1")
+	for _, tc := range []struct {
+		name string
+		flow netlink.ConntrackFlow
+		want bool
+	}{
+		{"a stale address in the scope", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: outside, DstIP: ip}}, true},
+		{"a live address", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: outside, DstIP: other}}, false},
+		{"outside the scope", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: outside, DstIP: outside}}, false},
+	} {
+		if got := scope.MatchConntrackFlow(&tc.flow); got != tc.want {
+			t.Errorf("scope filter, %s: match = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestRecoverDeletesStaleConntrackEntries: Recover deletes the entries of
+// the scope's addresses that no live sandbox holds (a crashed server's, or
+// from before teardowns swept) and keeps the live sandboxes'.
+func TestRecoverDeletesStaleConntrackEntries(t *testing.T) {
+	m := testManagerScope(t, "moattk", "tk", "10.207.0.0/24")
+	live := testID(t)
+	n := setUp(t, m, live, false)
+	staleEntry(t, n, 40004)
+	m.mu.Lock()
+	h, s := m.alloc.addrs(40) // a slot no sandbox holds
+	m.mu.Unlock()
+	gone := &Net{HostAddr: h, SandboxAddr: s}
+	staleEntry(t, gone, 40005)
+	if err := m.Recover(context.Background(), []string{live}); err != nil {
+		t.Fatal(err)
+	}
+	if got := entriesOf(t, s); got != 0 {
+		t.Errorf("%d conntrack entries of %s (no sandbox) after Recover, want 0", got, s)
+	}
+	if got := entriesOf(t, n.SandboxAddr); got != 1 {
+		t.Errorf("%d conntrack entries of the live sandbox's %s after Recover, want 1", got, n.SandboxAddr)
+	}
+}
