@@ -102,39 +102,32 @@ func TestConntrackSweptInBackground(t *testing.T) {
 	}
 }
 
-func TestAddrFilter(t *testing.T) {
-	a, other := netip.MustParseAddr("10.9.0.2"), net.ParseIP("10.9.0.6")
-	f := addrFilter{a: true}
+func TestFilters(t *testing.T) {
+	a, other, outside := netip.MustParseAddr("10.9.0.2"), net.ParseIP("10.9.0.6"), net.ParseIP("192.0.2.1")
 	ip := net.IP(a.AsSlice())
-	for _, tc := range []struct {
-		name string
-		flow netlink.ConntrackFlow
-		want bool
-	}{
-		{"to it", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: other, DstIP: ip}}, true},
-		{"from it", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: ip, DstIP: other}}, true},
-		{"reply to it (NAT)", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: other, DstIP: other}, Reverse: netlink.IPTuple{SrcIP: other, DstIP: ip}}, true},
-		{"as a v4-mapped v6 address", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: ip.To16(), DstIP: other}}, true},
-		{"another address", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: other, DstIP: other}}, false},
-		{"no addresses", netlink.ConntrackFlow{}, false},
-	} {
-		if got := f.MatchConntrackFlow(&tc.flow); got != tc.want {
-			t.Errorf("%s: match = %v, want %v", tc.name, got, tc.want)
-		}
-	}
+	addr := addrFilter{a: true}
 	scope := scopeFilter{ranges: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")}, live: addrFilter{netip.MustParseAddr("10.9.0.6"): true}}
-	outside := net.ParseIP("192.0.2.1")
+	fwd := func(src, dst net.IP) netlink.ConntrackFlow {
+		return netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: src, DstIP: dst}}
+	}
 	for _, tc := range []struct {
-		name string
-		flow netlink.ConntrackFlow
-		want bool
+		name   string
+		filter netlink.CustomConntrackFilter
+		flow   netlink.ConntrackFlow
+		want   bool
 	}{
-		{"a stale address in the scope", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: outside, DstIP: ip}}, true},
-		{"a live address", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: outside, DstIP: other}}, false},
-		{"outside the scope", netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: outside, DstIP: outside}}, false},
+		{"to it", addr, fwd(other, ip), true},
+		{"from it", addr, fwd(ip, other), true},
+		{"reply to it (NAT)", addr, netlink.ConntrackFlow{Forward: netlink.IPTuple{SrcIP: other, DstIP: other}, Reverse: netlink.IPTuple{SrcIP: other, DstIP: ip}}, true},
+		{"as a v4-mapped v6 address", addr, fwd(ip.To16(), other), true},
+		{"another address", addr, fwd(other, other), false},
+		{"no addresses", addr, netlink.ConntrackFlow{}, false},
+		{"scope: a stale address in it", scope, fwd(outside, ip), true},
+		{"scope: a live address", scope, fwd(outside, other), false},
+		{"scope: outside it", scope, fwd(outside, outside), false},
 	} {
-		if got := scope.MatchConntrackFlow(&tc.flow); got != tc.want {
-			t.Errorf("scope filter, %s: match = %v, want %v", tc.name, got, tc.want)
+		if got := tc.filter.MatchConntrackFlow(&tc.flow); got != tc.want {
+			t.Errorf("%s: match = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
