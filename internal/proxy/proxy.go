@@ -99,7 +99,11 @@ func New(cfg Config) *Proxy {
 			}
 			dial := func(ctx context.Context) (net.Conn, error) { return dialer.DialContext(ctx, network, t.hostPort()) }
 			c, err := raceDial(ctx, dial, dialStall, func() {
-				p.log.Warn("connect to sandbox stalled; racing a second one", "sandboxID", t.id, "port", t.port)
+				attrs := []any{"sandboxID", t.id, "port", t.port}
+				if p.cfg.Explain != nil {
+					attrs = append(attrs, "network", p.cfg.Explain(t.addr))
+				}
+				p.log.Warn("connect to sandbox stalled; racing a second one", attrs...)
 			})
 			if err != nil {
 				return nil, err
