@@ -19,6 +19,7 @@ import (
 
 	"github.com/moatsh/moat/api/envd/process/processconnect"
 	"github.com/moatsh/moat/internal/build/upper"
+	"github.com/moatsh/moat/internal/dialrace"
 	"github.com/moatsh/moat/internal/envd/runcmd"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/hostfs"
@@ -73,7 +74,7 @@ func NewSandboxRunner(rt runtime.Runtime, envdPort int, log *slog.Logger) (*Sand
 		envdPort = 49983
 	}
 	return &SandboxRunner{rt: hl, envdPort: envdPort, log: log,
-		http:  &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+		http:  &http.Client{Transport: dialrace.NewTransport(false)},
 		VCPUs: 2, MemoryMiB: 2048, DiskMiB: 10240}, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/moatsh/moat/internal/admission"
+	"github.com/moatsh/moat/internal/dialrace"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/events"
 	"github.com/moatsh/moat/internal/orchestrator/clock"
@@ -162,7 +163,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second}
+		cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: dialrace.NewTransport(true)}
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}

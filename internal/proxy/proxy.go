@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moatsh/moat/internal/dialrace"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/errdefs/errhttp"
 )
@@ -98,7 +99,7 @@ func New(cfg Config) *Proxy {
 				return nil, errors.New("proxy: dial without a sandbox route")
 			}
 			dial := func(ctx context.Context) (net.Conn, error) { return dialer.DialContext(ctx, network, t.hostPort()) }
-			c, err := raceDial(ctx, dial, dialStall, func() {
+			c, err := dialrace.Dial(ctx, dial, dialrace.Stall, func() {
 				attrs := []any{"sandboxID", t.id, "port", t.port}
 				if p.cfg.Explain != nil {
 					attrs = append(attrs, "network", p.cfg.Explain(t.addr))

@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/moatsh/moat/api/envd/process/processconnect"
+	"github.com/moatsh/moat/internal/dialrace"
 	"github.com/moatsh/moat/internal/envd/runcmd"
 	"github.com/moatsh/moat/internal/runtime"
 )
@@ -81,6 +82,10 @@ func testPauseFilesystem(t *testing.T, h Harness) {
 	readBack(t, h, nh, path, content)
 }
 
+// envdClient reaches sandboxes' envd as the server does: dials race, no
+// pooled connections.
+var envdClient = &http.Client{Transport: dialrace.NewTransport(false)}
+
 // readBack checks that path in the sandbox at hd holds content.
 func readBack(t *testing.T, h Harness, hd *runtime.Handle, path, content string) {
 	t.Helper()
@@ -110,7 +115,7 @@ func alive(pid int) bool {
 
 // envdSync runs sync(1) as root through envd.
 func envdSync(ctx context.Context, h *runtime.Handle) error {
-	pc := processconnect.NewProcessClient(http.DefaultClient, "http://"+net.JoinHostPort(h.Addr.String(), "49983"), connect.WithProtoJSON())
+	pc := processconnect.NewProcessClient(envdClient, "http://"+net.JoinHostPort(h.Addr.String(), "49983"), connect.WithProtoJSON())
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	exit, err := runcmd.Run(ctx, pc, runcmd.Command{Argv: []string{"sync"}, User: "root"})
@@ -147,7 +152,7 @@ func filesURL(h *runtime.Handle, path string) string {
 }
 
 func do(req *http.Request, out io.Writer) error {
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := envdClient.Do(req)
 	if err != nil {
 		return err
 	}

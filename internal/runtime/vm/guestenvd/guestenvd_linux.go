@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/moatsh/moat/api/envd/process/processconnect"
+	"github.com/moatsh/moat/internal/dialrace"
 	"github.com/moatsh/moat/internal/envd/runcmd"
 	"github.com/moatsh/moat/internal/errdefs"
 	"github.com/moatsh/moat/internal/runtime/vm/qemu"
@@ -39,7 +40,7 @@ func WaitRestored(ctx context.Context, addr string, timeout time.Duration) error
 func waitHealth(ctx context.Context, addr string, timeout, attempt time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cl := &http.Client{Timeout: attempt, Transport: &http.Transport{DisableKeepAlives: true}}
+	cl := &http.Client{Timeout: attempt, Transport: dialrace.NewTransport(false)}
 	url := "http://" + addr + "/health"
 	var last error
 	for {
@@ -62,7 +63,7 @@ func waitHealth(ctx context.Context, addr string, timeout, attempt time.Duration
 // client is a process API client of the envd at addr (host:port), on
 // connections that are not kept alive.
 func client(addr string) processconnect.ProcessClient {
-	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	hc := &http.Client{Transport: dialrace.NewTransport(false)}
 	return processconnect.NewProcessClient(hc, "http://"+addr, connect.WithProtoJSON())
 }
 

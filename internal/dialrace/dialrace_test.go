@@ -1,9 +1,11 @@
-package proxy
+package dialrace
 
 import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -43,7 +45,7 @@ func (f *fakeDial) dial(ctx context.Context) (net.Conn, error) {
 	return c, nil
 }
 
-func TestRaceDial(t *testing.T) {
+func TestDial(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}
 	const stall = 50 * time.Millisecond
 	tests := []struct {
@@ -68,7 +70,7 @@ func TestRaceDial(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), tt.timeout)
 			defer cancel()
 			stalled := false
-			c, err := raceDial(ctx, f.dial, stall, func() { stalled = true })
+			c, err := Dial(ctx, f.dial, stall, func() { stalled = true })
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) || c != nil {
 					t.Fatalf("raceDial = %v, %v; want error %v", c, err, tt.wantErr)
@@ -91,10 +93,10 @@ func TestRaceDial(t *testing.T) {
 
 // TestRaceDialClosesTheLoser: when both attempts connect, the one that
 // lost is closed, not leaked.
-func TestRaceDialClosesTheLoser(t *testing.T) {
+func TestDialClosesTheLoser(t *testing.T) {
 	const stall = 20 * time.Millisecond
 	f := &fakeDial{attempts: []attempt{{after: 3 * stall}, {after: 3 * stall}}, conns: make(chan net.Conn, 2)}
-	c, err := raceDial(context.Background(), f.dial, stall, nil)
+	c, err := Dial(context.Background(), f.dial, stall, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,4 +131,23 @@ func TestRaceDialClosesTheLoser(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// TestNewTransport: the transport reaches a server through the racing
+// dialer and pools connections only when asked to.
+func TestNewTransport(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	for _, keep := range []bool{false, true} {
+		tr := NewTransport(keep)
+		if tr.DisableKeepAlives == keep || tr.Proxy != nil || tr.DialContext == nil {
+			t.Errorf("NewTransport(%v): keep-alives disabled %v, proxy set %v, dial set %v", keep, tr.DisableKeepAlives, tr.Proxy != nil, tr.DialContext != nil)
+		}
+		resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		tr.CloseIdleConnections()
+	}
 }

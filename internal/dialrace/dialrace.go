@@ -1,0 +1,101 @@
+// Package dialrace connects to sandboxes with a second attempt racing a
+// first that stalls. Rarely, a connect from the host to a sandbox just
+// created at a reused address never completes although the sandbox answers
+// its SYNs (docs/benchmarks.md, "a lost sandbox"); another four-tuple gets
+// through. Every host-side client of a sandbox's envd dials through it.
+package dialrace
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Stall is how long a connect to a sandbox may go unanswered before a
+// second one races it. On a veth a connect completes in well under a
+// millisecond, or is refused at once.
+const Stall = time.Second
+
+// DialContext is d.DialContext with a second attempt racing one that has
+// stalled for Stall; onStall (may be nil) hears of each such stall with the
+// address. For an http.Transport.
+func DialContext(d *net.Dialer, onStall func(addr string)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dial := func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, network, addr) }
+		var stalled func()
+		if onStall != nil {
+			stalled = func() { onStall(addr) }
+		}
+		return Dial(ctx, dial, Stall, stalled)
+	}
+}
+
+// Dial connects with dial; when the first attempt has neither connected
+// nor failed after stall, onStall is called and a second attempt (a new
+// socket, so a new source port) races it, and the first to connect wins.
+// A refusal or other
+// error of the first attempt before the stall is returned as is; after
+// it, the error of the attempt that failed first when both fail. The
+// losing connection is closed.
+func Dial(ctx context.Context, dial func(context.Context) (net.Conn, error), stall time.Duration, onStall func()) (net.Conn, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	results := make(chan result, 2)
+	start := func() {
+		go func() {
+			c, err := dial(ctx)
+			results <- result{c, err}
+		}()
+	}
+	start()
+	timer := time.NewTimer(stall)
+	defer timer.Stop()
+	started, pending := 1, 1
+	var firstErr error
+	for {
+		select {
+		case <-timer.C:
+			if onStall != nil {
+				onStall()
+			}
+			started++
+			pending++
+			start()
+		case r := <-results:
+			pending--
+			if r.err == nil {
+				if pending > 0 {
+					go func() { // the loser, cancelled below
+						if o := <-results; o.c != nil {
+							o.c.Close()
+						}
+					}()
+				}
+				return r.c, nil
+			}
+			if firstErr == nil {
+				firstErr = r.err
+			}
+			if started == 1 || pending == 0 {
+				return nil, firstErr
+			}
+		}
+	}
+}
+
+// NewTransport is an http.Transport for requests to sandboxes: its dials
+// race (DialContext, with net/http's default 30 s dial timeout), and with
+// keepAlive false no connection is pooled (a killed sandbox's address is
+// soon a new sandbox's, which would reset a stale connection).
+func NewTransport(keepAlive bool) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil // sandboxes are reached directly, never through the host's HTTP proxy
+	t.DialContext = DialContext(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}, nil)
+	t.DisableKeepAlives = !keepAlive
+	return t
+}
