@@ -10,6 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
 )
 
 // A sandbox's conntrack entries outlive its network. A microVM's or
@@ -23,15 +24,24 @@ import (
 // out again until its entries are gone.
 
 // ctDebounce is how long the sweeper waits after a teardown for more to
-// batch into one pass.
-const ctDebounce = 500 * time.Millisecond
+// batch into one pass. A pass walks the whole conntrack hash table (all
+// nf_conntrack_buckets, 262,144 here) per address family, ~20 ms on this
+// 2-core host (BenchmarkSweep), whatever it deletes.
+const ctDebounce = 2 * time.Second
 
 // ctSweeper holds the slots whose conntrack entries are still to delete.
 type ctSweeper struct {
 	mu      sync.Mutex
 	pending map[int][]netip.Addr // slot → its host and sandbox addresses
 	kick    chan struct{}        // one buffered wake-up for the sweeper
-	pass    sync.Mutex           // one pass at a time
+	pass    sync.Mutex           // one pass at a time; guards h
+	// h keeps one netlink socket for a pass's dump and deletes (the
+	// package's functions open a socket per deleted entry); nil until the
+	// first pass, and if it cannot be made.
+	h *netlink.Handle
+	// del deletes what f matches; nil means deleteEntries through h
+	// (tests watch a pass with it).
+	del func(f addrFilter) (uint, error)
 }
 
 func newCTSweeper() *ctSweeper {
@@ -69,26 +79,66 @@ func (s *ctSweeper) hasPending() bool {
 }
 
 // sweep deletes the conntrack entries of the addresses queued when it
-// starts and releases their slots, also when the deletion failed (the
-// entries then age out): a slot is never lost to the pool.
+// starts and then releases their slots (not before: a sandbox given the
+// slot meanwhile would lose its own entries), also when the deletion
+// failed (the entries then age out): a slot is never lost to the pool.
 func (s *ctSweeper) sweep() (deleted uint, err error) {
 	s.pass.Lock()
 	defer s.pass.Unlock()
 	s.mu.Lock()
-	batch := s.pending
-	s.pending = map[int][]netip.Addr{}
-	s.mu.Unlock()
-	if len(batch) == 0 {
-		return 0, nil
-	}
-	f := addrFilter{}
-	for _, addrs := range batch {
+	f, slots := addrFilter{}, make([]int, 0, len(s.pending))
+	for slot, addrs := range s.pending {
+		slots = append(slots, slot)
 		for _, a := range addrs {
 			f[a] = true
 		}
 	}
-	for _, family := range []netlink.InetFamily{nl.FAMILY_V4, nl.FAMILY_V6} {
-		n, ferr := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family, f)
+	s.mu.Unlock()
+	if len(slots) == 0 {
+		return 0, nil
+	}
+	if s.del != nil {
+		deleted, err = s.del(f)
+	} else {
+		deleted, err = deleteEntries(s.handle(), f, f.families()...)
+	}
+	s.mu.Lock()
+	for _, slot := range slots {
+		delete(s.pending, slot)
+	}
+	s.mu.Unlock()
+	return deleted, err
+}
+
+// handle returns s.h, made on first use; pass is held.
+func (s *ctSweeper) handle() *netlink.Handle {
+	if s.h == nil {
+		s.h, _ = netlink.NewHandle(unix.NETLINK_NETFILTER) // nil: the package's functions
+	}
+	return s.h
+}
+
+// closeHandle closes s.h (a later pass makes another).
+func (s *ctSweeper) closeHandle() {
+	s.pass.Lock()
+	defer s.pass.Unlock()
+	if s.h != nil {
+		s.h.Close()
+		s.h = nil
+	}
+}
+
+// deleteEntries deletes the conntrack entries f matches in the tables of
+// families, through h (nil: a netlink socket per request).
+func deleteEntries(h *netlink.Handle, f netlink.CustomConntrackFilter, families ...netlink.InetFamily) (deleted uint, err error) {
+	for _, family := range families {
+		var n uint
+		var ferr error
+		if h != nil {
+			n, ferr = h.ConntrackDeleteFilters(netlink.ConntrackTable, family, f)
+		} else {
+			n, ferr = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family, f)
+		}
 		deleted += n
 		err = errors.Join(err, ferr)
 	}
@@ -102,6 +152,7 @@ func (s *ctSweeper) run(ctx context.Context, m *Manager, done <-chan struct{}) {
 		select {
 		case <-done:
 			m.sweepConntrack(ctx)
+			s.closeHandle()
 			return
 		case <-s.kick:
 		}
@@ -143,13 +194,13 @@ func (m *Manager) sweepStale(ctx context.Context) error {
 		}
 	}
 	m.mu.Unlock()
-	var deleted uint
-	var err error
-	for _, family := range []netlink.InetFamily{nl.FAMILY_V4, nl.FAMILY_V6} {
-		n, ferr := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family, f)
-		deleted += n
-		err = errors.Join(err, ferr)
+	families := []netlink.InetFamily{nl.FAMILY_V4}
+	if m.v6 {
+		families = append(families, nl.FAMILY_V6)
 	}
+	m.ct.pass.Lock()
+	deleted, err := deleteEntries(m.ct.handle(), f, families...)
+	m.ct.pass.Unlock()
 	if deleted > 0 {
 		m.log.InfoContext(ctx, "deleted stale conntrack entries of the scope's addresses", "deleted", deleted)
 	}
@@ -189,6 +240,23 @@ func flowAddrs(flow *netlink.ConntrackFlow) []netip.Addr {
 // either end, in either direction (an egress entry's reply goes to the
 // proxy, its original comes from the sandbox).
 type addrFilter map[netip.Addr]bool
+
+// families are the address families of f's addresses (a pass dumps only
+// their tables).
+func (f addrFilter) families() []netlink.InetFamily {
+	var v4, v6 bool
+	for a := range f {
+		v4, v6 = v4 || a.Is4(), v6 || a.Is6()
+	}
+	var out []netlink.InetFamily
+	if v4 {
+		out = append(out, nl.FAMILY_V4)
+	}
+	if v6 {
+		out = append(out, nl.FAMILY_V6)
+	}
+	return out
+}
 
 func (f addrFilter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 	for _, a := range flowAddrs(flow) {

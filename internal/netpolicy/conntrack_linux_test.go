@@ -2,11 +2,15 @@ package netpolicy
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/moatsh/moat/internal/bench/benchpair"
+	"github.com/moatsh/moat/internal/testkit"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -17,17 +21,22 @@ import (
 // under an open connection leaves it.
 func staleEntry(t *testing.T, n *Net, sport uint16) {
 	t.Helper()
+	if err := createEntry(n, sport); err != nil {
+		t.Fatalf("create a conntrack entry: %v", err)
+	}
+	t.Cleanup(func() {
+		_, _ = deleteEntries(nil, addrFilter{n.SandboxAddr: true}, nl.FAMILY_V4)
+	})
+}
+
+// createEntry makes the entry staleEntry describes.
+func createEntry(n *Net, sport uint16) error {
 	h, s := net.IP(n.HostAddr.AsSlice()), net.IP(n.SandboxAddr.AsSlice())
 	flow := &netlink.ConntrackFlow{FamilyType: unix.AF_INET, TimeOut: 3600,
 		Forward:   netlink.IPTuple{SrcIP: h, DstIP: s, SrcPort: sport, DstPort: 49983, Protocol: unix.IPPROTO_TCP},
 		Reverse:   netlink.IPTuple{SrcIP: s, DstIP: h, SrcPort: 49983, DstPort: sport, Protocol: unix.IPPROTO_TCP},
 		ProtoInfo: &netlink.ProtoInfoTCP{State: nl.TCP_CONNTRACK_ESTABLISHED}}
-	if err := netlink.ConntrackCreate(netlink.ConntrackTable, nl.FAMILY_V4, flow); err != nil {
-		t.Fatalf("create a conntrack entry: %v", err)
-	}
-	t.Cleanup(func() {
-		_, _ = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, nl.FAMILY_V4, addrFilter{n.SandboxAddr: true})
-	})
+	return netlink.ConntrackCreate(netlink.ConntrackTable, nl.FAMILY_V4, flow)
 }
 
 // entriesOf counts the host's conntrack entries with addr at either end.
@@ -153,5 +162,106 @@ func TestRecoverDeletesStaleConntrackEntries(t *testing.T) {
 	}
 	if got := entriesOf(t, n.SandboxAddr); got != 1 {
 		t.Errorf("%d conntrack entries of the live sandbox's %s after Recover, want 1", got, n.SandboxAddr)
+	}
+}
+
+// BenchmarkSweep: one pass deleting the entries of 100 freed addresses
+// (three each) among 3,000 others, through one netlink socket against a
+// socket per request (the netlink package's functions).
+func BenchmarkSweep(b *testing.B) {
+	testkit.RequireRoot(b)
+	fill := func() addrFilter {
+		f := addrFilter{}
+		for i := range 100 {
+			n := &Net{HostAddr: netip.AddrFrom4([4]byte{10, 208, byte(i), 1}), SandboxAddr: netip.AddrFrom4([4]byte{10, 208, byte(i), 2})}
+			for p := range 3 {
+				if err := createEntry(n, uint16(41000+p)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			f[n.SandboxAddr] = true
+		}
+		return f
+	}
+	pass := func(h *netlink.Handle) time.Duration {
+		f := fill()
+		start := time.Now()
+		n, err := deleteEntries(h, f, nl.FAMILY_V4)
+		d := time.Since(start)
+		if err != nil || n != 300 {
+			b.Fatalf("deleted %d, %v; want 300", n, err)
+		}
+		return d
+	}
+	// A host with 1,000 sandboxes holds a few thousand other entries,
+	// which every pass dumps and parses too.
+	for i := range 3000 {
+		n := &Net{HostAddr: netip.AddrFrom4([4]byte{10, 209, byte(i / 250), byte(i % 250)}), SandboxAddr: netip.AddrFrom4([4]byte{10, 209, 255, 2})}
+		if err := createEntry(n, 42000); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Cleanup(func() {
+		_, _ = deleteEntries(nil, scopeFilter{ranges: []netip.Prefix{netip.MustParsePrefix("10.208.0.0/15")}}, nl.FAMILY_V4)
+	})
+	h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	benchpair.Compare(b, "conntrack sweep of 100 addresses among 3,000 other entries",
+		benchpair.Way{Name: "one-socket", Run: func() time.Duration { return pass(h) }},
+		benchpair.Way{Name: "socket-per-request", Run: func() time.Duration { return pass(nil) }})
+}
+
+// TestSlotPendingDuringPass: a slot stays pending (not handed out) until
+// the pass deleting its entries has ended, and is free after it, also when
+// the deletion failed.
+func TestSlotPendingDuringPass(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		s := newCTSweeper()
+		a := netip.MustParseAddr("10.9.0.2")
+		s.queue(7, a, netip.Addr{})
+		s.del = func(f addrFilter) (uint, error) {
+			if !s.isPending(7) {
+				t.Error("slot 7 was released before its pass ended")
+			}
+			if len(f) != 1 || !f[a] {
+				t.Errorf("pass filter %v, want only %s", f, a)
+			}
+			if fail {
+				return 0, errors.New("netlink failed")
+			}
+			return 1, nil
+		}
+		n, err := s.sweep()
+		if (err != nil) != fail || (!fail && n != 1) {
+			t.Errorf("sweep (failing %v) = %d, %v", fail, n, err)
+		}
+		if s.isPending(7) || s.hasPending() {
+			t.Errorf("slot 7 still pending after the pass (failing %v)", fail)
+		}
+		if n, err := s.sweep(); n != 0 || err != nil {
+			t.Errorf("an empty pass = %d, %v", n, err)
+		}
+	}
+}
+
+// TestFilterFamilies: a pass dumps only the tables of its addresses'
+// families (each dump walks the whole hash table).
+func TestFilterFamilies(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("10.9.0.2"), netip.MustParseAddr("fd00::2")
+	for _, tc := range []struct {
+		f    addrFilter
+		want []netlink.InetFamily
+	}{
+		{addrFilter{}, nil},
+		{addrFilter{v4: true}, []netlink.InetFamily{nl.FAMILY_V4}},
+		{addrFilter{v6: true}, []netlink.InetFamily{nl.FAMILY_V6}},
+		{addrFilter{v4: true, v6: true}, []netlink.InetFamily{nl.FAMILY_V4, nl.FAMILY_V6}},
+	} {
+		if got := tc.f.families(); !slices.Equal(got, tc.want) {
+			t.Errorf("families of %v = %v, want %v", tc.f, got, tc.want)
+		}
 	}
 }
