@@ -1,8 +1,11 @@
 // Package dialrace connects to sandboxes with a second attempt racing a
-// first that stalls. Rarely, a connect from the host to a sandbox just
-// created at a reused address never completes although the sandbox answers
-// its SYNs (docs/benchmarks.md, "a lost sandbox"); another four-tuple gets
-// through. Every host-side client of a sandbox's envd dials through it.
+// first that stalls. A connect from the host to a sandbox once never
+// completed although the sandbox answered its SYNs: another scope's stale
+// nftables table dropped the SYN-ACKs to its old proxy port, which the
+// host had picked as the connect's source port (docs/benchmarks.md, "a
+// lost sandbox"; fixed in the firewall). Another four-tuple gets through
+// whatever stalls one, so every host-side client of a sandbox's envd dials
+// through it.
 package dialrace
 
 import (

@@ -85,10 +85,15 @@ func (f *Firewall) addProxyRules(c *nftables.Conn, t *nftables.Table, sets table
 	}{{unix.IPPROTO_UDP, p.DNSPort}, {unix.IPPROTO_TCP, p.DNSPort}, {unix.IPPROTO_TCP, p.ProxyPort}} {
 		// Inserted at the head: members reach the listeners, other
 		// interfaces (the LAN) do not; loopback stays open for the host.
+		// Only connections to the port are refused, not the replies to
+		// one the host made from it: once the listener is gone (a table
+		// outlives its server, or belongs to another scope), the port is
+		// any process's ephemeral port again, and dropping its replies
+		// hung that connect (docs/benchmarks.md, "a lost sandbox").
 		c.InsertRule(&nftables.Rule{Table: t, Chain: input,
 			Exprs: join(iif, ipv4(), inProxied(s), l4proto(r.proto), dport(r.port), verdict(expr.VerdictAccept))})
 		c.InsertRule(&nftables.Rule{Table: t, Chain: input,
-			Exprs: join(notIf, notLoopback(), l4proto(r.proto), dport(r.port), verdict(expr.VerdictDrop))})
+			Exprs: join(notIf, notLoopback(), l4proto(r.proto), dport(r.port), ctNotEstablished(), verdict(expr.VerdictDrop))})
 	}
 }
 

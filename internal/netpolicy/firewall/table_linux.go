@@ -318,6 +318,14 @@ func ctEstablished() []expr.Any {
 	}
 }
 
+// ctNotEstablished matches packets of no established or related
+// connection: new ones, and invalid or untracked ones (no conntrack entry).
+func ctNotEstablished() []expr.Any {
+	e := ctEstablished()
+	e[len(e)-1] = &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)}
+	return e
+}
+
 func ipv4() []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
