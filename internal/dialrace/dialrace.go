@@ -37,10 +37,9 @@ func DialContext(d *net.Dialer, onStall func(addr string)) func(ctx context.Cont
 // Dial connects with dial; when the first attempt has neither connected
 // nor failed after stall, onStall is called and a second attempt (a new
 // socket, so a new source port) races it, and the first to connect wins.
-// A refusal or other
-// error of the first attempt before the stall is returned as is; after
-// it, the error of the attempt that failed first when both fail. The
-// losing connection is closed.
+// A refusal or other error of the first attempt before the stall is
+// returned as is; after it, the error of the attempt that failed first
+// when both fail. The losing connection is closed.
 func Dial(ctx context.Context, dial func(context.Context) (net.Conn, error), stall time.Duration, onStall func()) (net.Conn, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -149,6 +149,15 @@ func (m *Manager) Lookup(id string) (*Net, bool) {
 	return m.netOf(id, slot), true
 }
 
+// addrs are n's host and sandbox addresses, IPv6 ones when it has them.
+func (n *Net) addrs() []netip.Addr {
+	out := []netip.Addr{n.HostAddr, n.SandboxAddr}
+	if n.HostAddr6.IsValid() {
+		out = append(out, n.HostAddr6, n.SandboxAddr6)
+	}
+	return out
+}
+
 // netOf builds the Net for id at slot; mu must be held.
 func (m *Manager) netOf(id string, slot int) *Net {
 	h, s := m.alloc.addrs(slot)
@@ -272,7 +281,7 @@ func (m *Manager) teardown(ctx context.Context, id string, forget bool) error {
 		if m.o.proxy != nil && m.o.proxy.Rules != nil {
 			m.o.proxy.Rules(n.SandboxAddr, ProxyRules{}) // before release: the slot may be reused at once
 		}
-		m.ct.queue(slot, n.HostAddr, n.SandboxAddr, n.HostAddr6, n.SandboxAddr6)
+		m.ct.queue(slot, n.addrs()...)
 	}
 	m.release(id, forget)
 	if err != nil {

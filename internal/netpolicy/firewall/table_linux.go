@@ -308,22 +308,22 @@ func (f *Firewall) ifMatch(key expr.MetaKey, op expr.CmpOp) []expr.Any {
 	}
 }
 
-func ctEstablished() []expr.Any {
+func ctEstablished() []expr.Any { return ctEstablishedIs(expr.CmpOpNeq) }
+
+// ctNotEstablished matches packets of no established or related
+// connection: new ones, and invalid or untracked ones (no conntrack entry).
+func ctNotEstablished() []expr.Any { return ctEstablishedIs(expr.CmpOpEq) }
+
+// ctEstablishedIs compares the packet's ct state bits established|related
+// with zero by op (CmpOpNeq: one of them is set).
+func ctEstablishedIs(op expr.CmpOp) []expr.Any {
 	return []expr.Any{
 		&expr.Ct{Key: expr.CtKeySTATE, Register: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
 			Xor:  binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: op, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 	}
-}
-
-// ctNotEstablished matches packets of no established or related
-// connection: new ones, and invalid or untracked ones (no conntrack entry).
-func ctNotEstablished() []expr.Any {
-	e := ctEstablished()
-	e[len(e)-1] = &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)}
-	return e
 }
 
 func ipv4() []expr.Any {
