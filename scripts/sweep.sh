@@ -21,6 +21,7 @@ set -uo pipefail
 # --host: also every Moat-named host object of any earlier run (the names
 # the final leak check looks for: OCI containers under /run/moat, QEMU and
 # moat-nfsd processes, netns moat-* and moats<N>-*, veths mh* and s<N>*,
+# nftables tables moats<N> and moatt*,
 # cgroups moat/* and moat-s<N>/*, and the mounts and loop devices of test
 # data dirs under /tmp), but only when no moat serve holds a host lock:
 # then nothing on the host owns them.
@@ -112,6 +113,12 @@ sweep_host() {
   for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E '^(mh|s[0-9])'); do
     say "link $l"
     ip link delete "$l" 2>/dev/null
+  done
+  # Scoped servers' and the Go tests' tables (the host scope's "moat" stays:
+  # a server starting replaces it).
+  for t in $(nft list tables 2>/dev/null | grep -E ' moat(s[0-9]+|t[a-z]+)$' | awk '{print $2 "/" $3}'); do
+    say "nftables table ${t%/*} ${t#*/}"
+    nft delete table "${t%/*}" "${t#*/}" 2>/dev/null
   done
   while read -r cg; do
     remove_cgroup "$cg"

@@ -158,6 +158,7 @@ func otherServers() []int {
 
 func tryStart(t testing.TB, dataDir string, args []string, extra ...*os.File) (*realServer, error) {
 	t.Helper()
+	dropScopeTablesAtCleanup(t, args)
 	s := &realServer{dataDir: dataDir, out: &lockedBuf{}, done: make(chan error, 1)}
 	s.cmd = exec.Command(moatBin, append([]string{"serve", "--data-dir", dataDir, "--addr", "127.0.0.1:0", "--runtime", "container"}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
@@ -182,6 +183,43 @@ func tryStart(t testing.TB, dataDir string, args []string, extra ...*os.File) (*
 	}
 	s.stop()
 	return nil, fmt.Errorf("moat serve did not listen: %s", s.out.String())
+}
+
+// dropScopeTablesAtCleanup deletes, once the test's servers have stopped,
+// the nftables tables of the server scope args name (--scope N) when no
+// sandbox interface of that scope is left. A server deletes them itself when
+// it stops cleanly with no sandbox; one the test kills with SIGKILL (the
+// cluster tests' lost node and API outage) cannot, and its tables would
+// outlive the run (the final leak check of scripts/test.sh lists them).
+func dropScopeTablesAtCleanup(t testing.TB, args []string) {
+	n := -1
+	for i, a := range args {
+		if a == "--scope" && i+1 < len(args) {
+			n, _ = strconv.Atoi(args[i+1])
+		}
+	}
+	if n <= 0 {
+		return // the host scope's tables outlive servers by design
+	}
+	t.Cleanup(func() {
+		links, err := exec.Command("ip", "-o", "link", "show").Output()
+		if err != nil {
+			t.Errorf("scope %d tables: ip link: %v", n, err)
+			return
+		}
+		re := regexp.MustCompile(fmt.Sprintf(`(?m)^\d+: s%d[0-9a-z]`, n))
+		if l := re.Find(links); l != nil {
+			t.Logf("scope %d keeps its tables: interface %q is left", n, l)
+			return
+		}
+		for _, family := range []string{"inet", "arp"} {
+			table := fmt.Sprintf("moats%d", n)
+			if out, err := exec.Command("nft", "delete", "table", family, table).CombinedOutput(); err != nil &&
+				!strings.Contains(string(out), "No such file") {
+				t.Errorf("nft delete table %s %s: %v: %s", family, table, err, out)
+			}
+		}
+	})
 }
 
 // stop ends the server with SIGTERM (SIGKILL after 15 s).
