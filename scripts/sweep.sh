@@ -21,7 +21,7 @@ set -uo pipefail
 # --host: also every Moat-named host object of any earlier run (the names
 # the final leak check looks for: OCI containers under /run/moat, QEMU and
 # moat-nfsd processes, netns moat-* and moats<N>-*, veths mh* and s<N>*,
-# nftables tables moats<N> and moatt*,
+# nftables tables moats<N>, moatt* (Go tests) and moatb* (benchmarks),
 # cgroups moat/* and moat-s<N>/*, and the mounts and loop devices of test
 # data dirs under /tmp), but only when no moat serve holds a host lock:
 # then nothing on the host owns them.
@@ -116,7 +116,7 @@ sweep_host() {
   done
   # Scoped servers' and the Go tests' tables (the host scope's "moat" stays:
   # a server starting replaces it).
-  for t in $(nft list tables 2>/dev/null | grep -E ' moat(s[0-9]+|t[a-z]+)$' | awk '{print $2 "/" $3}'); do
+  for t in $(nft list tables 2>/dev/null | grep -E ' moat(s[0-9]+|[bt][a-z]+)$' | awk '{print $2 "/" $3}'); do
     say "nftables table ${t%/*} ${t#*/}"
     nft delete table "${t%/*}" "${t#*/}" 2>/dev/null
   done

@@ -429,8 +429,8 @@ leaks="$(
     ip netns list 2>/dev/null | grep -E '^moats?1?-[a-z0-9]+( |$)'
     ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^(mh|s1)'
     # A scoped server deletes its tables when it stops with no sandbox, and
-    # the Go tests delete theirs; the host scope's ("moat") stay by design.
-    nft list tables 2>/dev/null | grep -E ' moat(s[0-9]+|t[a-z]+)$'
+    # the Go tests and benchmarks delete theirs; the host scope's ("moat") stay by design.
+    nft list tables 2>/dev/null | grep -E ' moat(s[0-9]+|[bt][a-z]+)$'
     pgrep -af 'qemu-system.* -name moat-'
     pgrep -af '(crun|runc|runsc) .*(moat-seccomp-|/run/moat/)'
     pgrep -af '^moat-nfsd '
