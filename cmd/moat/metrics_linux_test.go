@@ -96,6 +96,7 @@ func TestMetrics(t *testing.T) {
 		k("moat_admission_waiting"):                               0,
 		k("moat_host_reserved_bytes", "resource", "memory"):       2 * metricsSandboxMiB * mib,
 		k("moat_webhook_deliveries_total", "result", "delivered"): 0,
+		k("moat_sandbox_connect_stalls_total"):                    0, // none since the port guard's fix
 	} {
 		if v, ok := got[key]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", key, v, ok, want)

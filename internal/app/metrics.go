@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/moatsh/moat/internal/admission"
+	"github.com/moatsh/moat/internal/dialrace"
 	"github.com/moatsh/moat/internal/metrics"
 	"github.com/moatsh/moat/internal/orchestrator"
 	"github.com/moatsh/moat/internal/proxy"
@@ -30,11 +31,12 @@ func startMetrics(ctx context.Context, cfg Config, db *store.DB, orch *orchestra
 			Sandboxes: func(ctx context.Context) ([]store.Sandbox, error) {
 				return db.ListSandboxes(ctx, store.SandboxFilter{NodeID: cfg.NodeID})
 			},
-			Admission:  orch.Admission(),
-			Pools:      orch.Pools,
-			Reserved:   orch.Reserved,
-			Limit:      capacity.Limit,
-			Deliveries: hooks.Deliveries,
+			Admission:     orch.Admission(),
+			Pools:         orch.Pools,
+			Reserved:      orch.Reserved,
+			Limit:         capacity.Limit,
+			Deliveries:    hooks.Deliveries,
+			ConnectStalls: dialrace.Stalls,
 		}})
 	addr, stop, err := m.Listen(ctx, cfg.MetricsAddr)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,6 +20,14 @@ import (
 // second one races it. On a veth a connect completes in well under a
 // millisecond, or is refused at once.
 const Stall = time.Second
+
+// stalls counts the process's stalled connects (Stalls).
+var stalls atomic.Uint64
+
+// Stalls is how many connects of this process have stalled and been raced
+// since it started, by every caller: with the firewall's port guard fixed
+// none should (moat_sandbox_connect_stalls_total, moat bench --density).
+func Stalls() uint64 { return stalls.Load() }
 
 // DialContext is d.DialContext with a second attempt racing one that has
 // stalled for Stall; onStall (may be nil) hears of each such stall with the
@@ -62,6 +71,7 @@ func Dial(ctx context.Context, dial func(context.Context) (net.Conn, error), sta
 	for {
 		select {
 		case <-timer.C:
+			stalls.Add(1)
 			if onStall != nil {
 				onStall()
 			}

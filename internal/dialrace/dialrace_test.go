@@ -69,7 +69,7 @@ func TestDial(t *testing.T) {
 			f := &fakeDial{attempts: tt.attempts, conns: make(chan net.Conn, 2)}
 			ctx, cancel := context.WithTimeout(context.Background(), tt.timeout)
 			defer cancel()
-			stalled := false
+			stalled, before := false, Stalls()
 			c, err := Dial(ctx, f.dial, stall, func() { stalled = true })
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) || c != nil {
@@ -83,6 +83,9 @@ func TestDial(t *testing.T) {
 			}
 			if stalled != tt.wantStall {
 				t.Errorf("onStall called: %v, want %v", stalled, tt.wantStall)
+			}
+			if counted := Stalls() - before; counted != map[bool]uint64{true: 1}[tt.wantStall] {
+				t.Errorf("Stalls() grew by %d, want one per stall", counted)
 			}
 			if c != nil {
 				c.Close()

@@ -30,6 +30,9 @@ var (
 		[]string{"resource"}, nil)
 	deliveriesDesc = prometheus.NewDesc("moat_webhook_deliveries_total",
 		"Webhook delivery attempts, by result: delivered, failed (retried later), given_up.", []string{"result"}, nil)
+	stallsDesc = prometheus.NewDesc("moat_sandbox_connect_stalls_total",
+		"Connects from the host to a sandbox unanswered after 1 s, raced by a second one (package dialrace); "+
+			"any is worth a look.", nil, nil)
 )
 
 // scrapeTimeout bounds the store read of one scrape.
@@ -46,7 +49,7 @@ type collector struct {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{sandboxesDesc, admRunningDesc, admWaitingDesc, admRefusedDesc,
-		poolSizeDesc, poolReadyDesc, reservedDesc, reservableDesc, deliveriesDesc} {
+		poolSizeDesc, poolReadyDesc, reservedDesc, reservableDesc, deliveriesDesc, stallsDesc} {
 		ch <- d
 	}
 }
@@ -85,6 +88,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(ch, deliveriesDesc, d.Delivered, "delivered")
 		counter(ch, deliveriesDesc, d.Failed, "failed")
 		counter(ch, deliveriesDesc, d.GivenUp, "given_up")
+	}
+	if c.src.ConnectStalls != nil {
+		ch <- prometheus.MustNewConstMetric(stallsDesc, prometheus.CounterValue, float64(c.src.ConnectStalls()))
 	}
 }
 

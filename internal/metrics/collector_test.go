@@ -31,11 +31,12 @@ func TestCollector(t *testing.T) {
 				{State: store.StatePaused, Runtime: "vm", TemplateID: "base"},
 			}, nil
 		},
-		Admission:  adm,
-		Pools:      func() []warmpool.Status { return []warmpool.Status{{Template: "base", Size: 3, Ready: 2}} },
-		Reserved:   func() admission.Need { return admission.Need{MemoryMiB: 512, DiskMiB: 1024} },
-		Limit:      func() (admission.Need, error) { return admission.Need{MemoryMiB: 4096, DiskMiB: 8192}, nil },
-		Deliveries: func() webhook.DeliveryCounts { return webhook.DeliveryCounts{Delivered: 5, Failed: 2} },
+		Admission:     adm,
+		Pools:         func() []warmpool.Status { return []warmpool.Status{{Template: "base", Size: 3, Ready: 2}} },
+		Reserved:      func() admission.Need { return admission.Need{MemoryMiB: 512, DiskMiB: 1024} },
+		Limit:         func() (admission.Need, error) { return admission.Need{MemoryMiB: 4096, DiskMiB: 8192}, nil },
+		Deliveries:    func() webhook.DeliveryCounts { return webhook.DeliveryCounts{Delivered: 5, Failed: 2} },
+		ConnectStalls: func() uint64 { return 3 },
 	}})
 	s := scrape(t, m)
 	k := metricstest.Key
@@ -56,6 +57,7 @@ func TestCollector(t *testing.T) {
 		k("moat_webhook_deliveries_total", "result", "delivered"):  5,
 		k("moat_webhook_deliveries_total", "result", "failed"):     2,
 		k("moat_webhook_deliveries_total", "result", "given_up"):   0,
+		k("moat_sandbox_connect_stalls_total"):                     3,
 	} {
 		if got, ok := s[key]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", key, got, ok, want)

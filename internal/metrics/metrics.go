@@ -43,6 +43,9 @@ type Sources struct {
 	Reserved   func() admission.Need
 	Limit      func() (admission.Need, error)
 	Deliveries func() webhook.DeliveryCounts
+	// ConnectStalls counts the process's stalled connects to sandboxes
+	// (dialrace.Stalls).
+	ConnectStalls func() uint64
 }
 
 // Config configures the metrics.
