@@ -78,27 +78,29 @@ func testManagerScope(t *testing.T, table, ifPrefix, subnet string, opts ...Opti
 	return m
 }
 
-// inNetns runs fn on a thread inside the namespace at path.
+// inNetns runs fn on a thread inside the namespace at path; the test
+// stops if it cannot enter it (fn's results would be zero values).
 func inNetns(t *testing.T, path string, fn func()) {
 	t.Helper()
 	done := make(chan struct{})
+	var enterErr error
 	go func() {
-		defer close(done)
+		defer close(done) // also when fn ends the goroutine (t.FailNow)
 		goruntime.LockOSThread()
 		orig, err := netns.Get()
 		if err != nil {
-			t.Error(err)
+			enterErr = err
 			return
 		}
 		defer orig.Close()
 		ns, err := netns.GetFromPath(path)
 		if err != nil {
-			t.Error(err)
+			enterErr = fmt.Errorf("netns %s: %w", path, err)
 			return
 		}
 		defer ns.Close()
 		if err := netns.Set(ns); err != nil {
-			t.Error(err)
+			enterErr = fmt.Errorf("enter netns %s: %w", path, err)
 			return
 		}
 		fn()
@@ -107,6 +109,9 @@ func inNetns(t *testing.T, path string, fn func()) {
 		}
 	}()
 	<-done
+	if enterErr != nil {
+		t.Fatal(enterErr)
+	}
 }
 
 func listen(t *testing.T, addr string) net.Listener {
