@@ -274,6 +274,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	px := proxy.New(proxy.Config{Resolver: resolver{orch}, Domain: cfg.Domain, EnvdPort: cfg.EnvdPort, Logger: log,
 		Explain: netpolicy.Explain})
 	orch.OnRemove(px.CloseSandbox) // a removed sandbox's streams end at once
+	orch.OnKill(px.CloseSandbox)   // and before a kill, while the sandbox can still take the resets
 	local := localHandler(console.Mount(withJoin(mx.API(api), joins)), countedProxy(mx, px))
 	srv := newHTTPServer(node.front(cfg, local, orch, db), log)
 	defer node.serve(serveArtefacts(db, cfg.NodeID, clusterTemplatesDir(cfg.DataDir), local), log)()

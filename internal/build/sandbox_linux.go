@@ -74,7 +74,7 @@ func NewSandboxRunner(rt runtime.Runtime, envdPort int, log *slog.Logger) (*Sand
 		envdPort = 49983
 	}
 	return &SandboxRunner{rt: hl, envdPort: envdPort, log: log,
-		http:  &http.Client{Transport: dialrace.NewTransport(false)},
+		http:  &http.Client{Transport: dialrace.NewTransport()},
 		VCPUs: 2, MemoryMiB: 2048, DiskMiB: 10240}, nil
 }
 

@@ -101,13 +101,14 @@ func Dial(ctx context.Context, dial func(context.Context) (net.Conn, error), sta
 }
 
 // NewTransport is an http.Transport for requests to sandboxes: its dials
-// race (DialContext, with net/http's default 30 s dial timeout), and with
-// keepAlive false no connection is pooled (a killed sandbox's address is
-// soon a new sandbox's, which would reset a stale connection).
-func NewTransport(keepAlive bool) *http.Transport {
+// race (DialContext, with net/http's default 30 s dial timeout), and it
+// pools no connection: a pool is keyed by address, and a killed sandbox's
+// address is soon a new sandbox's, which would reset a stale connection
+// (the proxy, which pools, keys its pool by sandbox ID instead).
+func NewTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil // sandboxes are reached directly, never through the host's HTTP proxy
 	t.DialContext = DialContext(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}, nil)
-	t.DisableKeepAlives = !keepAlive
+	t.DisableKeepAlives = true
 	return t
 }

@@ -137,20 +137,29 @@ func isTimeout(err error) bool {
 }
 
 // TestNewTransport: the transport reaches a server through the racing
-// dialer and pools connections only when asked to.
+// dialer and pools no connection.
 func TestNewTransport(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer srv.Close()
-	for _, keep := range []bool{false, true} {
-		tr := NewTransport(keep)
-		if tr.DisableKeepAlives == keep || tr.Proxy != nil || tr.DialContext == nil {
-			t.Errorf("NewTransport(%v): keep-alives disabled %v, proxy set %v, dial set %v", keep, tr.DisableKeepAlives, tr.Proxy != nil, tr.DialContext != nil)
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
 		}
+	}
+	srv.Start()
+	defer srv.Close()
+	tr := NewTransport()
+	if tr.Proxy != nil || tr.DialContext == nil {
+		t.Errorf("NewTransport: proxy set %v, dial set %v", tr.Proxy != nil, tr.DialContext != nil)
+	}
+	for range 2 {
 		resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		tr.CloseIdleConnections()
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("two requests used %d connections, want 2 (none pooled)", n)
 	}
 }

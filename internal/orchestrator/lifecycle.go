@@ -32,6 +32,7 @@ func (o *Orchestrator) killLocked(ctx context.Context, e *entry, id, reason stri
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
 	defer cancel()
 	sb := o.live.Sandbox(e)
+	o.live.Killing(id)
 	if err := o.rt.Kill(ctx, id); err != nil {
 		return fmt.Errorf("kill sandbox %s: %w", id, err)
 	}

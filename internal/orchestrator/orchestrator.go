@@ -163,7 +163,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: dialrace.NewTransport(true)}
+		cfg.HTTPClient = envdHTTPClient()
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -459,6 +459,28 @@ func (o *Orchestrator) Reserved() admission.Need {
 	n.DiskMiB += m.DiskMiB
 	return n
 }
+
+// envdHTTPClient is the default Config.HTTPClient. It pools no
+// connection: a pooled one is keyed by address, and a killed sandbox's
+// address soon belongs to a new sandbox. A killed microVM or gVisor
+// sandbox never closes its connections, so the pool would hand the new
+// sandbox's /init or /metrics the old sandbox's connection. The new
+// sandbox resets it, and the call fails; or, when conntrack takes the
+// reset for invalid (the old connection's entry went with the teardown),
+// the firewall drops it and the call waits out its timeout. One connect
+// more per call costs ~0.1 ms on a veth.
+func envdHTTPClient() *http.Client {
+	return &http.Client{Timeout: 5 * time.Second, Transport: dialrace.NewTransport()}
+}
+
+// OnKill registers fn, called with the ID of every sandbox about to be
+// killed (by request or timeout), while it still runs and before its
+// network goes: the proxy resets its connections to it then, which the
+// sandbox still receives, instead of closing them after the teardown,
+// when their FINs go unanswered and their orphaned sockets send them again
+// to the next sandbox given the address. fn must not call back into this
+// sandbox.
+func (o *Orchestrator) OnKill(fn func(id string)) { o.live.OnKill(fn) }
 
 // OnRemove registers fn, called with the ID of every sandbox that leaves
 // the routing table (killed through the API, timed out, or found dead),

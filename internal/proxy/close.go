@@ -131,11 +131,25 @@ func (s *openSet) close(id string) int {
 	return len(set)
 }
 
-// track records c under id until it is closed.
+// track records c under id until it is closed; closed through the set
+// (the sandbox was removed), c is reset (abort).
 func (s *openSet) track(id string, c net.Conn) net.Conn {
 	tc := &trackedConn{Conn: c}
-	tc.remove = s.add(id, func() { _ = c.Close() })
+	tc.remove = s.add(id, func() { abort(c) })
 	return tc
+}
+
+// abort closes c with a reset instead of a FIN. The sandbox is gone or
+// going: its network is torn down before the orchestrator tells the proxy,
+// so a FIN would find no one to acknowledge it, and the orphaned socket
+// would send it again and again — to the next sandbox given the address,
+// whose resets the firewall drops (no conntrack entry is left for the old
+// connection). A reset is sent once and frees the socket at once.
+func abort(c net.Conn) {
+	if l, ok := c.(interface{ SetLinger(sec int) error }); ok {
+		_ = l.SetLinger(0)
+	}
+	_ = c.Close()
 }
 
 // trackedConn is an upstream connection that leaves its openSet on Close.

@@ -41,6 +41,7 @@ type Table struct {
 	// left alone by Recover (guarded by mu).
 	foreign  map[string]store.Sandbox
 	onRemove []func(id string) // guarded by mu; see OnRemove
+	onKill   []func(id string) // guarded by mu; see OnKill
 	// creating counts the creates under way per template ID (guarded by
 	// mu), so that template garbage collection leaves their files alone.
 	creating map[string]int
@@ -226,6 +227,25 @@ func (t *Table) OnRemove(fn func(id string)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.onRemove = append(t.onRemove, fn)
+}
+
+// OnKill registers fn, called by Killing with the ID of every sandbox
+// about to be killed, while it still runs.
+func (t *Table) OnKill(fn func(id string)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.onKill = append(t.onKill, fn)
+}
+
+// Killing calls the OnKill funcs for id (under the sandbox's op lock,
+// without the table's).
+func (t *Table) Killing(id string) {
+	t.mu.RLock()
+	fns := t.onKill
+	t.mu.RUnlock()
+	for _, fn := range fns {
+		fn(id)
+	}
 }
 
 // History is e's resource readings, kept for the metrics API's ranges.

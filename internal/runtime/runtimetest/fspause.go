@@ -84,7 +84,7 @@ func testPauseFilesystem(t *testing.T, h Harness) {
 
 // envdClient reaches sandboxes' envd as the server does: dials race, no
 // pooled connections.
-var envdClient = &http.Client{Transport: dialrace.NewTransport(false)}
+var envdClient = &http.Client{Transport: dialrace.NewTransport()}
 
 // readBack checks that path in the sandbox at hd holds content.
 func readBack(t *testing.T, h Harness, hd *runtime.Handle, path, content string) {

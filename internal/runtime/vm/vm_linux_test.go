@@ -183,7 +183,7 @@ func createSpec(t testing.TB, r *Runtime, spec runtime.Spec) *runtime.Handle {
 }
 
 func health(h *runtime.Handle, timeout time.Duration) (int, error) {
-	cl := &http.Client{Timeout: timeout, Transport: dialrace.NewTransport(false)}
+	cl := &http.Client{Timeout: timeout, Transport: dialrace.NewTransport()}
 	resp, err := cl.Get("http://" + envdAddr(h) + "/health")
 	if err != nil {
 		return 0, err
@@ -202,7 +202,7 @@ func run(h *runtime.Handle, user string, timeout time.Duration, argv ...string) 
 func runCtx(ctx context.Context, h *runtime.Handle, user string, argv ...string) (string, error) {
 	// No pooled connections: a killed sandbox's address is reused by a new
 	// one, and a stale keep-alive connection would be answered with a reset.
-	hc := &http.Client{Transport: dialrace.NewTransport(false)}
+	hc := &http.Client{Transport: dialrace.NewTransport()}
 	pc := processconnect.NewProcessClient(hc, "http://"+envdAddr(h), connect.WithProtoJSON())
 	req := connect.NewRequest(&procpb.StartRequest{Process: &procpb.ProcessConfig{Cmd: argv[0], Args: argv[1:]}})
 	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))

@@ -40,7 +40,7 @@ func WaitRestored(ctx context.Context, addr string, timeout time.Duration) error
 func waitHealth(ctx context.Context, addr string, timeout, attempt time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cl := &http.Client{Timeout: attempt, Transport: dialrace.NewTransport(false)}
+	cl := &http.Client{Timeout: attempt, Transport: dialrace.NewTransport()}
 	url := "http://" + addr + "/health"
 	var last error
 	for {
@@ -63,7 +63,7 @@ func waitHealth(ctx context.Context, addr string, timeout, attempt time.Duration
 // client is a process API client of the envd at addr (host:port), on
 // connections that are not kept alive.
 func client(addr string) processconnect.ProcessClient {
-	hc := &http.Client{Transport: dialrace.NewTransport(false)}
+	hc := &http.Client{Transport: dialrace.NewTransport()}
 	return processconnect.NewProcessClient(hc, "http://"+addr, connect.WithProtoJSON())
 }
 

@@ -29,7 +29,7 @@ const PythonKernelSpec = "/usr/share/jupyter/kernels/python3/kernel.json"
 func WaitPythonContext(ctx context.Context, host string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cl := &http.Client{Timeout: 5 * time.Second, Transport: dialrace.NewTransport(false)}
+	cl := &http.Client{Timeout: 5 * time.Second, Transport: dialrace.NewTransport()}
 	url := "http://" + net.JoinHostPort(host, strconv.Itoa(InterpreterPort)) + "/contexts"
 	var last error
 	for {
