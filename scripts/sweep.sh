@@ -20,7 +20,8 @@ set -uo pipefail
 
 # --host: also every Moat-named host object of any earlier run (the names
 # the final leak check looks for: OCI containers under /run/moat, QEMU and
-# moat-nfsd processes, netns moat-* and moats<N>-*, veths mh* and s<N>*,
+# moat-nfsd processes, netns moat-*, moats<N>-* and the Go tests' and
+# benchmarks' (moatt*, moatgw*, moatb?-*), veths mh* and s<N>*,
 # nftables tables moats<N>, moatt* (Go tests) and moatb* (benchmarks),
 # cgroups moat/* and moat-s<N>/*, and the mounts and loop devices of test
 # data dirs under /tmp), but only when no moat serve holds a host lock:
@@ -106,7 +107,7 @@ sweep_host() {
   done
   sleep 0.5
   release_mounts '^/tmp/Test[^/]*/.*/sandboxes/'
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^moats?[0-9]?-'); do
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^moat(-|s[0-9]+-|t|gw|b[a-z]-)'); do
     say "network namespace $ns"
     ip netns delete "$ns" 2>/dev/null
   done

@@ -426,7 +426,9 @@ leaks="$(
         [ -d "$d/$sub" ] && find "$d/$sub" -mindepth 1 -maxdepth 1
       done
     done
-    ip netns list 2>/dev/null | grep -E '^moats?1?-[a-z0-9]+( |$)'
+    # the host scope's and server scopes' (moat-, moats<N>-), the Go tests'
+    # (moatt*, moatgw*) and the benchmarks' (moatb?-)
+    ip netns list 2>/dev/null | grep -E '^moat(-|s[0-9]+-|t|gw|b[a-z]-)'
     ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^(mh|s1)'
     # A scoped server deletes its tables when it stops with no sandbox, and
     # the Go tests and benchmarks delete theirs; the host scope's ("moat") stay by design.
