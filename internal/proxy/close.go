@@ -18,10 +18,11 @@ var errSandboxRemoved = errors.New("proxy: sandbox removed")
 // CloseSandbox ends everything the proxy holds open to sandbox id: its
 // requests in flight (a stream being copied is cut, one not answered yet
 // gets the 502 of a sandbox that is gone) and its upstream connections,
-// idle or upgraded. The orchestrator calls it when the sandbox leaves the
-// routing table (killed, timed out, died): a killed microVM or gVisor
-// sandbox never resets its TCP connections, so clients would otherwise
-// hang until TCP gives up.
+// idle or upgraded. The orchestrator calls it before a kill (OnKill),
+// while the sandbox still takes the resets, and again when the sandbox
+// leaves the routing table (killed, timed out, died): a killed microVM or
+// gVisor sandbox never resets its TCP connections, so clients would
+// otherwise hang until TCP gives up.
 func (p *Proxy) CloseSandbox(id string) {
 	if n := p.open.close(id); n > 0 {
 		p.log.Debug("closed the proxy's connections to a removed sandbox", "sandboxID", id, "count", n)
@@ -139,12 +140,12 @@ func (s *openSet) track(id string, c net.Conn) net.Conn {
 	return tc
 }
 
-// abort closes c with a reset instead of a FIN. The sandbox is gone or
-// going: its network is torn down before the orchestrator tells the proxy,
-// so a FIN would find no one to acknowledge it, and the orphaned socket
-// would send it again and again — to the next sandbox given the address,
-// whose resets the firewall drops (no conntrack entry is left for the old
-// connection). A reset is sent once and frees the socket at once.
+// abort closes c with a reset instead of a FIN. The sandbox is going, or
+// gone: after its network's teardown a FIN would find no one to
+// acknowledge it, and the orphaned socket would send it again and again —
+// to the next sandbox given the address, whose resets the firewall drops
+// (no conntrack entry is left for the old connection). A reset is sent
+// once and frees the socket at once.
 func abort(c net.Conn) {
 	if l, ok := c.(interface{ SetLinger(sec int) error }); ok {
 		_ = l.SetLinger(0)
