@@ -36,9 +36,9 @@ type ctSweeper struct {
 	pending map[int][]netip.Addr // slot → its host and sandbox addresses
 	kick    chan struct{}        // one buffered wake-up for the sweeper
 	pass    sync.Mutex           // one pass at a time; guards h
-	// h keeps one netlink socket for a pass's dump and deletes (the
-	// package's functions open a socket per deleted entry); nil until the
-	// first pass, and if it cannot be made.
+	// h keeps one netlink socket for a pass's dump and deletes (a zero
+	// Handle, like the package's functions, opens a socket per deleted
+	// entry); nil until the first pass, and while it cannot be made.
 	h *netlink.Handle
 	// del deletes what f matches; nil means deleteEntries through h
 	// (tests watch a pass with it).
@@ -111,10 +111,16 @@ func (s *ctSweeper) sweep() (deleted uint, err error) {
 	return deleted, err
 }
 
-// handle returns s.h, made on first use; pass is held.
+// handle returns s.h, made on first use; if it cannot be made, a zero
+// Handle (a socket per request), and the next pass tries again. pass is
+// held.
 func (s *ctSweeper) handle() *netlink.Handle {
 	if s.h == nil {
-		s.h, _ = netlink.NewHandle(unix.NETLINK_NETFILTER) // nil: the package's functions
+		h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
+		if err != nil {
+			return &netlink.Handle{}
+		}
+		s.h = h
 	}
 	return s.h
 }
@@ -130,16 +136,10 @@ func (s *ctSweeper) closeHandle() {
 }
 
 // deleteEntries deletes the conntrack entries f matches in the tables of
-// families, through h (nil: a netlink socket per request).
+// families, through h (a zero Handle: a netlink socket per request).
 func deleteEntries(h *netlink.Handle, f netlink.CustomConntrackFilter, families ...netlink.InetFamily) (deleted uint, err error) {
 	for _, family := range families {
-		var n uint
-		var ferr error
-		if h != nil {
-			n, ferr = h.ConntrackDeleteFilters(netlink.ConntrackTable, family, f)
-		} else {
-			n, ferr = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family, f)
-		}
+		n, ferr := h.ConntrackDeleteFilters(netlink.ConntrackTable, family, f)
 		deleted += n
 		err = errors.Join(err, ferr)
 	}

@@ -25,7 +25,7 @@ func staleEntry(t *testing.T, n *Net, sport uint16) {
 		t.Fatalf("create a conntrack entry: %v", err)
 	}
 	t.Cleanup(func() {
-		_, _ = deleteEntries(nil, addrFilter{n.SandboxAddr: true}, nl.FAMILY_V4)
+		_, _ = deleteEntries(&netlink.Handle{}, addrFilter{n.SandboxAddr: true}, nl.FAMILY_V4)
 	})
 }
 
@@ -207,7 +207,7 @@ func BenchmarkSweep(b *testing.B) {
 		}
 	}
 	b.Cleanup(func() {
-		_, _ = deleteEntries(nil, scopeFilter{ranges: []netip.Prefix{netip.MustParsePrefix("10.208.0.0/15")}}, nl.FAMILY_V4)
+		_, _ = deleteEntries(&netlink.Handle{}, scopeFilter{ranges: []netip.Prefix{netip.MustParsePrefix("10.208.0.0/15")}}, nl.FAMILY_V4)
 	})
 	h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
 	if err != nil {
@@ -216,7 +216,7 @@ func BenchmarkSweep(b *testing.B) {
 	defer h.Close()
 	benchpair.Compare(b, "conntrack sweep of 100 addresses among 3,000 other entries",
 		benchpair.Way{Name: "one-socket", Run: func() time.Duration { return pass(h) }},
-		benchpair.Way{Name: "socket-per-request", Run: func() time.Duration { return pass(nil) }})
+		benchpair.Way{Name: "socket-per-request", Run: func() time.Duration { return pass(&netlink.Handle{}) }})
 }
 
 // TestSlotPendingDuringPass: a slot stays pending (not handed out) until
