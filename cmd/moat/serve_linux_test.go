@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moatsh/moat/internal/idmap"
+	"github.com/moatsh/moat/internal/netpolicy/firewall"
 	"github.com/moatsh/moat/internal/store"
 	"github.com/moatsh/moat/internal/testkit"
 	moat "github.com/moatsh/moat/sdk/go"
@@ -212,12 +213,10 @@ func dropScopeTablesAtCleanup(t testing.TB, args []string) {
 			t.Logf("scope %d keeps its tables: interface %q is left", n, l)
 			return
 		}
-		for _, family := range []string{"inet", "arp"} {
-			table := fmt.Sprintf("moats%d", n)
-			if out, err := exec.Command("nft", "delete", "table", family, table).CombinedOutput(); err != nil &&
-				!strings.Contains(string(out), "No such file") {
-				t.Errorf("nft delete table %s %s: %v: %s", family, table, err, out)
-			}
+		// The scope's tables as netpolicy.WithTestScope names them; missing
+		// ones are not an error.
+		if err := firewall.New(firewall.Config{Table: fmt.Sprintf("moats%d", n)}, nil).Delete(); err != nil {
+			t.Errorf("scope %d tables: %v", n, err)
 		}
 	})
 }
